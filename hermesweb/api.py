@@ -1,0 +1,3 @@
+from ninja import NinjaAPI
+
+api = NinjaAPI(title="hermesweb", version="1")

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class HermeswebConfig(AppConfig):
+    name = "hermesweb"
+    verbose_name = "Workbench"

@@ -1,0 +1,184 @@
+"""Settings, read from the environment (see README "Configuration").
+
+A bad value raises ImproperlyConfigured naming the variable. With no
+DATABASE_URL the workbench runs in its embedded default: SQLite under
+HERMESWEB_DATA_DIR, a generated SECRET_KEY kept there, no Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from hermesweb.agents import load_agents
+from hermesweb.env import env_bool, env_float, env_int, env_list, env_roots, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DATA_DIR = Path(env_str("HERMESWEB_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATA_DIR.mkdir(parents=True, exist_ok=True)
+
+DEBUG = env_bool("DEBUG", False)
+
+_database_url = env_str("DATABASE_URL")
+EMBEDDED = not _database_url
+
+
+def _secret_key() -> str:
+    configured = env_str("SECRET_KEY")
+    if configured:
+        return configured
+    if EMBEDDED or DEBUG:
+        # The embedded default generates a key once and keeps it, so sessions survive restarts.
+        key_file = DATA_DIR / "secret_key"
+        if not key_file.exists():
+            key_file.write_text(secrets.token_urlsafe(50))
+            key_file.chmod(0o600)
+        return key_file.read_text().strip()
+    raise ImproperlyConfigured("SECRET_KEY must be set when DATABASE_URL is set and DEBUG is off")
+
+
+SECRET_KEY = _secret_key()
+
+ALLOWED_HOSTS = env_list("HERMESWEB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("HERMESWEB_CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "hermesweb",
+    "projects",
+    "runs",
+    "intents",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "hermesweb.urls"
+ASGI_APPLICATION = "hermesweb.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if EMBEDDED:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "hermesweb.sqlite3",
+            "OPTIONS": {
+                # IMMEDIATE takes the write lock at BEGIN, so two writers queue
+                # instead of failing a lock upgrade mid-transaction.
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
+            "TEST": {"NAME": DATA_DIR / "test-hermesweb.sqlite3"},
+        }
+    }
+else:
+    try:
+        DATABASES = {"default": dj_database_url.parse(_database_url, conn_max_age=60)}
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 30})
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+REDIS_URL = env_str("REDIS_URL")
+if REDIS_URL:
+    if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+        raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL, got {REDIS_URL!r}")
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("HERMESWEB_REDIS_PREFIX", "hermesweb")},
+        }
+    }
+else:
+    # No cross-process doorbell: consumers and the runner poll the database,
+    # which holds the truth anyway (docs/live-delivery.md).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LOGIN_URL = "/login/"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/login/"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = DATA_DIR / "static"
+
+# Product settings.
+(DATA_DIR / "projects").mkdir(exist_ok=True)
+HERMESWEB_ALLOWED_ROOTS = env_roots("HERMESWEB_ALLOWED_ROOTS", [DATA_DIR / "projects"])
+HERMESWEB_AGENTS = load_agents(DATA_DIR)
+HERMESWEB_DEFAULT_AGENT = env_str("HERMESWEB_DEFAULT_AGENT", "demo")
+if HERMESWEB_DEFAULT_AGENT not in HERMESWEB_AGENTS:
+    raise ImproperlyConfigured(f"HERMESWEB_DEFAULT_AGENT names unknown agent {HERMESWEB_DEFAULT_AGENT!r}")
+
+HERMESWEB_LEASE_SECONDS = env_float("HERMESWEB_LEASE_SECONDS", 15.0, minimum=1.0)
+HERMESWEB_AGENT_IDLE_SECONDS = env_float("HERMESWEB_AGENT_IDLE_SECONDS", 600.0, minimum=1.0)
+HERMESWEB_RUNNER_POLL_SECONDS = env_float("HERMESWEB_RUNNER_POLL_SECONDS", 0.2, minimum=0.01)
+HERMESWEB_SHUTDOWN_GRACE_SECONDS = env_float("HERMESWEB_SHUTDOWN_GRACE_SECONDS", 20.0, minimum=0.0)
+HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
+HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, minimum=1)
+HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 1000, minimum=1)
+HERMESWEB_LOG_DIR = DATA_DIR / "logs"
+HERMESWEB_LOG_DIR.mkdir(parents=True, exist_ok=True)
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("HERMESWEB_LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}
+
+if not DEBUG and not EMBEDDED:
+    SESSION_COOKIE_SECURE = env_bool("HERMESWEB_SECURE_COOKIES", True)
+    CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+os.environ.setdefault("HERMESWEB_DATA_DIR", str(DATA_DIR))

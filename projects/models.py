@@ -1,0 +1,133 @@
+"""Project, Workflow, Session — the three product objects (docs/domain.md)."""
+
+from __future__ import annotations
+
+import re
+import string
+from typing import TYPE_CHECKING, Any
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+if TYPE_CHECKING:
+    from runs.models import Run
+
+
+class RunningDefault(models.TextChoices):
+    QUEUE = "queue", "Queue by default"
+    STEER = "steer", "Steer by default"
+
+
+class ProjectQuerySet(models.QuerySet["Project"]):
+    def visible_to(self, user: Any) -> ProjectQuerySet:
+        if user.is_staff:
+            return self
+        return self.filter(owner=user)
+
+
+class Project(models.Model):
+    name = models.CharField(max_length=200)
+    slug = models.SlugField(max_length=200)
+    path = models.CharField(max_length=4096, help_text="Absolute, resolved working directory.")
+    agent = models.CharField(max_length=100, help_text="Name of an operator-configured agent.")
+    running_default = models.CharField(
+        max_length=10, choices=RunningDefault.choices, default=RunningDefault.QUEUE
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="projects")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = ProjectQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [models.UniqueConstraint(fields=["owner", "slug"], name="project_slug_unique_per_owner")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class WorkflowQuerySet(models.QuerySet["Workflow"]):
+    def visible_to(self, user: Any) -> WorkflowQuerySet:
+        return self if user.is_staff else self.filter(project__owner=user)
+
+
+class Workflow(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="workflows")
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    prompt_template = models.TextField(help_text="Text with {variables}; {{ and }} for literal braces.")
+    agent_mode = models.CharField(max_length=100, blank=True)
+    agent_model = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = WorkflowQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["name", "id"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def variables(self) -> list[str]:
+        """The `{names}` the template expects, in order of first use."""
+        names: list[str] = []
+        for _, field_name, _, _ in string.Formatter().parse(self.prompt_template):
+            if field_name is not None and field_name not in names:
+                names.append(field_name)
+        return names
+
+    def render(self, variables: dict[str, str]) -> str:
+        """Substitute variables; raise KeyError naming missing ones, ValueError for a bad template."""
+        expected = self.variables()
+        for name in expected:
+            if not _FIELD.match(name):
+                raise ValueError(f"template field {name!r} is not a plain variable name")
+        missing = [name for name in expected if name not in variables]
+        if missing:
+            raise KeyError(", ".join(missing))
+        return self.prompt_template.format_map({k: str(v) for k, v in variables.items()})
+
+
+class SessionStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    ARCHIVED = "archived", "Archived"
+
+
+class SessionQuerySet(models.QuerySet["Session"]):
+    def visible_to(self, user: Any) -> SessionQuerySet:
+        return self if user.is_staff else self.filter(project__owner=user)
+
+
+class Session(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions")
+    title = models.CharField(max_length=300, blank=True)
+    agent_session_id = models.CharField(
+        max_length=200, blank=True, help_text="The ACP sessionId; empty until the agent created it."
+    )
+    status = models.CharField(max_length=20, choices=SessionStatus.choices, default=SessionStatus.ACTIVE)
+    model = models.CharField(max_length=200, blank=True)
+    mode = models.CharField(max_length=100, blank=True)
+    commands = models.JSONField(default=list, blank=True, help_text="The agent's advertised slash commands.")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = SessionQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-updated_at", "-id"]
+        indexes = [models.Index(fields=["project", "-updated_at"])]
+
+    def __str__(self) -> str:
+        return self.title or f"Session {self.pk}"
+
+    def active_run(self) -> Run | None:
+        from runs.models import Run
+
+        return Run.objects.filter(session=self).active().first()
+

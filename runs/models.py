@@ -1,0 +1,265 @@
+"""Runs, their append-only journal, controls and the runner registry.
+
+Design notes: docs/journal.md (events, seq, terminal), docs/runner.md (leases,
+controls). The journal is the truth; everything else is derived or a doorbell.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+from projects.models import Session
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    AWAITING_APPROVAL = "awaiting_approval"
+    AWAITING_CLARIFY = "awaiting_clarify"
+    CANCELLING = "cancelling"
+    COMPLETED = "completed"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+ACTIVE_STATUSES = (
+    RunStatus.QUEUED,
+    RunStatus.RUNNING,
+    RunStatus.AWAITING_APPROVAL,
+    RunStatus.AWAITING_CLARIFY,
+    RunStatus.CANCELLING,
+)
+EXECUTING_STATUSES = ACTIVE_STATUSES[1:]
+TERMINAL_STATUSES = (RunStatus.COMPLETED, RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.INTERRUPTED)
+
+
+class RunSource(models.TextChoices):
+    COMPOSER = "composer"
+    WORKFLOW = "workflow"
+    QUEUE = "queue"
+    STOP_AND_SEND = "stop_and_send"
+    LEFTOVER_STEER = "leftover_steer"
+
+
+class RunQuerySet(models.QuerySet["Run"]):
+    def active(self) -> RunQuerySet:
+        return self.filter(status__in=ACTIVE_STATUSES)
+
+    def executing(self) -> RunQuerySet:
+        return self.filter(status__in=EXECUTING_STATUSES)
+
+    def stale(self, now: datetime | None = None) -> RunQuerySet:
+        """Executing runs whose lease has lapsed: their runner is gone."""
+        now = now or timezone.now()
+        return self.executing().filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
+
+    def visible_to(self, user: Any) -> RunQuerySet:
+        return self if user.is_staff else self.filter(session__project__owner=user)
+
+
+class Run(models.Model):
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
+    client_id = models.CharField(max_length=100)
+    prompt_text = models.TextField()
+    attachments = models.JSONField(default=list, blank=True)
+    source = models.CharField(max_length=20, choices=RunSource.choices, default=RunSource.COMPOSER)
+    source_meta = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=20, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    last_seq = models.PositiveIntegerField(default=0)
+    # Compaction may merge events up to this seq; a cursor inside that range is expired.
+    compacted_through = models.PositiveIntegerField(default=0)
+    stop_reason = models.CharField(max_length=50, blank=True)
+    error = models.TextField(blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    lease_owner = models.CharField(max_length=100, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = RunQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "client_id"], name="run_client_id_unique_per_session"),
+            # A session never has two active runs: a database fact, not a timing hope.
+            models.UniqueConstraint(
+                fields=["session"], condition=Q(status__in=ACTIVE_STATUSES), name="one_active_run_per_session"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status", "created_at"]),
+            models.Index(fields=["session", "created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def last_event_id(self) -> str | None:
+        return f"{self.pk}:{self.last_seq}" if self.last_seq else None
+
+    def lease_is_stale(self, now: datetime | None = None) -> bool:
+        if self.status not in EXECUTING_STATUSES:
+            return False
+        now = now or timezone.now()
+        return self.lease_expires_at is None or self.lease_expires_at < now
+
+
+class EventType(models.TextChoices):
+    RUN_STARTED = "run.started"
+    STATUS = "status"
+    TOKEN_DELTA = "token.delta"
+    REASONING_DELTA = "reasoning.delta"
+    REASONING_DONE = "reasoning.done"
+    PROGRESS = "progress"
+    TOOL_STARTED = "tool.started"
+    TOOL_UPDATED = "tool.updated"
+    TOOL_DONE = "tool.done"
+    PLAN_UPDATED = "plan.updated"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_RESOLVED = "approval.resolved"
+    CLARIFY_REQUESTED = "clarify.requested"
+    CLARIFY_RESOLVED = "clarify.resolved"
+    STEER_DELIVERED = "steer.delivered"
+    TITLE_UPDATED = "title.updated"
+    USAGE_UPDATED = "usage.updated"
+    USAGE_FINAL = "usage.final"
+    ERROR = "error"
+    DONE = "done"
+
+
+class JournalEvent(models.Model):
+    """One immutable event; `(run, seq)` is unique and seq has no gaps."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=30, choices=EventType.choices)
+    created_at = models.DateTimeField(default=timezone.now)
+    terminal = models.BooleanField(default=False)
+    payload = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "seq"], name="journal_seq_unique_per_run"),
+            models.UniqueConstraint(
+                fields=["run"], condition=Q(terminal=True), name="journal_one_terminal_per_run"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_id} {self.type}"
+
+    @property
+    def event_id(self) -> str:
+        return f"{self.run_id}:{self.seq}"
+
+    def envelope(self, session_id: int | None = None) -> dict[str, Any]:
+        """Artifact 1 of the run adapter contract, exactly."""
+        return {
+            "event_id": self.event_id,
+            "seq": self.seq,
+            "run_id": self.run_id,
+            "session_id": session_id if session_id is not None else self.run.session_id,
+            "type": self.type,
+            "created_at": self.created_at.timestamp(),
+            "terminal": self.terminal,
+            "payload": self.payload,
+        }
+
+
+class ControlKind(models.TextChoices):
+    CANCEL = "cancel"
+    APPROVAL = "approval"
+    CLARIFY = "clarify"
+    STEER = "steer"
+    GOAL = "goal"
+
+
+class ControlState(models.TextChoices):
+    PENDING = "pending"  # written by the web process, not yet applied by the runner
+    APPLIED = "applied"
+    REJECTED = "rejected"
+
+
+class ControlResultStatus(models.TextChoices):
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    NOT_ACTIVE = "not_active"
+    EXPIRED = "expired"
+    UNSUPPORTED = "unsupported"
+    CONFLICT = "conflict"
+
+
+class ControlQuerySet(models.QuerySet["Control"]):
+    def pending(self) -> ControlQuerySet:
+        return self.filter(state=ControlState.PENDING)
+
+
+class Control(models.Model):
+    """A durable control request; the runner applies it and records the result."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="controls")
+    kind = models.CharField(max_length=20, choices=ControlKind.choices)
+    target_id = models.CharField(max_length=200, blank=True, help_text="Approval/clarify id, intent id.")
+    key = models.CharField(max_length=300, help_text="Idempotency key: a repeat is a duplicate.")
+    payload = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=ControlState.choices, default=ControlState.PENDING)
+    result = models.CharField(max_length=20, choices=ControlResultStatus.choices, blank=True)
+    message = models.TextField(blank=True)
+    event_seq = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+    applied_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ControlQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="control_key_unique_per_run")]
+        indexes = [models.Index(fields=["state", "run"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.target_id} on run {self.run_id} ({self.state})"
+
+
+class RunnerQuerySet(models.QuerySet["Runner"]):
+    def alive(self, now: datetime | None = None) -> RunnerQuerySet:
+        from django.conf import settings
+
+        now = now or timezone.now()
+        horizon = now - timezone.timedelta(seconds=settings.HERMESWEB_LEASE_SECONDS)
+        return self.filter(stopped_at__isnull=True, heartbeat_at__gte=horizon)
+
+
+class Runner(models.Model):
+    id = models.CharField(primary_key=True, max_length=100)
+    host = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    started_at = models.DateTimeField(default=timezone.now)
+    heartbeat_at = models.DateTimeField(default=timezone.now)
+    stopped_at = models.DateTimeField(null=True, blank=True)
+    agent_capabilities = models.JSONField(default=dict, blank=True, help_text="initialize results by agent.")
+
+    objects = RunnerQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-heartbeat_at"]
+
+    def __str__(self) -> str:
+        return self.id

@@ -1,0 +1,74 @@
+"""Secrets never reach the journal: payloads are scrubbed before they are written.
+
+Two layers: values under secret-looking keys are replaced whole, and secret
+shapes inside any string (API keys, bearer tokens, `password=…`) are masked.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "[REDACTED]"
+
+# Normalised key names (lower case, no `-`/`_`) whose values are secrets. Exact
+# names or suffixes: "token" alone is a secret, "input_tokens" is usage.
+_SECRET_KEYS = {
+    "apikey", "token", "accesstoken", "refreshtoken", "authtoken", "idtoken", "sessiontoken", "secret",
+    "clientsecret", "secretkey", "password", "passwd", "pwd", "passphrase", "authorization",
+    "credentials", "privatekey", "cookie", "setcookie", "xapikey",
+}  # fmt: skip
+_SECRET_SUFFIXES = ("apikey", "password", "secret", "accesstoken", "authtoken", "privatekey", "passphrase")
+
+_PATTERNS: list[tuple[re.Pattern[str], str | Any]] = [
+    # Authorization headers and bearer tokens.
+    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), lambda m: f"{m.group(1)} {REDACTED}"),
+    # Well-known key shapes: OpenAI/Anthropic, GitHub, Slack, AWS, Google, Hugging Face, our own.
+    (re.compile(r"\b(sk|rk|pk)-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}"), REDACTED),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), REDACTED),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), REDACTED),
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
+    (re.compile(r"\bhw_[A-Za-z0-9_-]{30,}"), REDACTED),
+    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"), REDACTED),
+    # key=value / key: value assignments of password-like names, in shell, env files, YAML, JSON text.
+    (
+        re.compile(
+            r"(?i)(?P<key>\b[A-Za-z0-9_.-]*(?:api[_-]?key|password|passwd|secret|token|private[_-]?key)\b"
+            r"[\"']?\s*[:=]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',;]{4,})"
+        ),
+        lambda m: f"{m.group('key')}{m.group('quote')}{REDACTED}",
+    ),
+    # Credentials embedded in URLs: scheme://user:pass@host
+    (re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"), lambda m: f"{m.group('scheme')}{REDACTED}@"),
+]
+
+
+def _is_secret_key(key: str) -> bool:
+    normal = key.lower().replace("_", "").replace("-", "")
+    return normal in _SECRET_KEYS or normal.endswith(_SECRET_SUFFIXES)
+
+
+def redact_text(text: str) -> str:
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)  # type: ignore[arg-type]
+    return text
+
+
+def redact(value: Any) -> Any:
+    """Return a copy of a JSON-like value with secrets masked."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            if isinstance(key, str) and _is_secret_key(key) and isinstance(item, (str, int, float)) and item != "":
+                out[key] = REDACTED
+            else:
+                out[key] = redact(item)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [redact(item) for item in value]
+    return value
