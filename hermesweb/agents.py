@@ -65,7 +65,9 @@ def _spec(name: str, raw: Any, source: str) -> AgentSpec:
     env = raw.get("env", {})
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
         raise ImproperlyConfigured(f"{source}: agent {name!r} 'args' must be a list of strings")
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
         raise ImproperlyConfigured(f"{source}: agent {name!r} 'env' must map strings to strings")
     steer = raw.get("steer", "auto")
     if steer not in {"auto", "slash", "extension", "none"}:
@@ -80,7 +82,9 @@ def _spec(name: str, raw: Any, source: str) -> AgentSpec:
     )
 
 
-def load_agents(data_dir: Path, environ: dict[str, str] | os._Environ[str] = os.environ) -> dict[str, AgentSpec]:
+def load_agents(
+    data_dir: Path, environ: dict[str, str] | os._Environ[str] = os.environ
+) -> dict[str, AgentSpec]:
     """Built-ins, then HERMESWEB_AGENTS_FILE (TOML), then HERMESWEB_AGENTS (JSON) override by name."""
     merged: dict[str, tuple[Any, str]] = {
         name: (raw, "built-in") for name, raw in builtin_agents(data_dir).items()
@@ -102,7 +106,9 @@ def load_agents(data_dir: Path, environ: dict[str, str] | os._Environ[str] = os.
         except json.JSONDecodeError as exc:
             raise ImproperlyConfigured(f"HERMESWEB_AGENTS must be a JSON object: {exc}") from None
         if not isinstance(data, dict):
-            raise ImproperlyConfigured("HERMESWEB_AGENTS must be a JSON object of name → {command, args, env}")
+            raise ImproperlyConfigured(
+                "HERMESWEB_AGENTS must be a JSON object of name → {command, args, env}"
+            )
         merged.update({name: (raw, "HERMESWEB_AGENTS") for name, raw in data.items()})
     return {name: _spec(name, raw, source) for name, (raw, source) in merged.items()}
 

@@ -111,7 +111,9 @@ else:
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-        DATABASES["default"].setdefault("OPTIONS", {}).update({"transaction_mode": "IMMEDIATE", "timeout": 30})
+        DATABASES["default"].setdefault("OPTIONS", {}).update(
+            {"transaction_mode": "IMMEDIATE", "timeout": 30}
+        )
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -65,7 +65,9 @@ class PendingIntent(models.Model):
     class Meta:
         ordering = ["position", "id"]
         constraints = [
-            models.UniqueConstraint(fields=["session", "client_id"], name="intent_client_id_unique_per_session")
+            models.UniqueConstraint(
+                fields=["session", "client_id"], name="intent_client_id_unique_per_session"
+            )
         ]
         indexes = [models.Index(fields=["session", "state", "position"])]
 

@@ -42,7 +42,9 @@ class Project(models.Model):
 
     class Meta:
         ordering = ["name", "id"]
-        constraints = [models.UniqueConstraint(fields=["owner", "slug"], name="project_slug_unique_per_owner")]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "slug"], name="project_slug_unique_per_owner")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -130,4 +132,3 @@ class Session(models.Model):
         from runs.models import Run
 
         return Run.objects.filter(session=self).active().first()
-

@@ -27,7 +27,12 @@ def session_group(session_id: int) -> str:
 
 def run_events_message(session_id: int, run_id: int, envelopes: list[dict[str, Any]]) -> dict[str, Any]:
     last_seq = envelopes[-1]["seq"] if envelopes else 0
-    message: dict[str, Any] = {"type": "run.events", "session_id": session_id, "run_id": run_id, "last_seq": last_seq}
+    message: dict[str, Any] = {
+        "type": "run.events",
+        "session_id": session_id,
+        "run_id": run_id,
+        "last_seq": last_seq,
+    }
     if len(envelopes) <= INLINE_EVENTS_MAX:
         message["events"] = envelopes
     return message

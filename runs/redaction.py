@@ -42,7 +42,10 @@ _PATTERNS: list[tuple[re.Pattern[str], str | Any]] = [
         lambda m: f"{m.group('key')}{m.group('quote')}{REDACTED}",
     ),
     # Credentials embedded in URLs: scheme://user:pass@host
-    (re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"), lambda m: f"{m.group('scheme')}{REDACTED}@"),
+    (
+        re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"),
+        lambda m: f"{m.group('scheme')}{REDACTED}@",
+    ),
 ]
 
 
@@ -64,7 +67,12 @@ def redact(value: Any) -> Any:
     if isinstance(value, dict):
         out: dict[Any, Any] = {}
         for key, item in value.items():
-            if isinstance(key, str) and _is_secret_key(key) and isinstance(item, (str, int, float)) and item != "":
+            if (
+                isinstance(key, str)
+                and _is_secret_key(key)
+                and isinstance(item, (str, int, float))
+                and item != ""
+            ):
                 out[key] = REDACTED
             else:
                 out[key] = redact(item)

@@ -6,39 +6,107 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('projects', '0001_initial'),
-        ('runs', '0001_initial'),
+        ("projects", "0001_initial"),
+        ("runs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PendingIntent',
+            name="PendingIntent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('client_id', models.CharField(max_length=100)),
-                ('kind', models.CharField(choices=[('queue', 'Queue'), ('steer', 'Steer'), ('stop_and_send', 'Stop And Send')], default='queue', max_length=20)),
-                ('state', models.CharField(choices=[('waiting', 'Waiting'), ('stopping', 'Stopping'), ('dispatched', 'Dispatched'), ('delivered', 'Delivered'), ('failed', 'Failed'), ('deleted', 'Deleted')], default='waiting', max_length=20)),
-                ('text', models.TextField()),
-                ('attachments', models.JSONField(blank=True, default=list)),
-                ('position', models.PositiveIntegerField(default=0, help_text="Order among the session's waiting items.")),
-                ('version', models.PositiveIntegerField(default=1, help_text='Bumped on each change; edits must match it.')),
-                ('source', models.CharField(default='composer', max_length=20)),
-                ('source_meta', models.JSONField(blank=True, default=dict)),
-                ('reason', models.TextField(blank=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('run', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='from_intent', to='runs.run')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='intents', to='projects.session')),
-                ('target_run', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='targeting_intents', to='runs.run')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("client_id", models.CharField(max_length=100)),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[("queue", "Queue"), ("steer", "Steer"), ("stop_and_send", "Stop And Send")],
+                        default="queue",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[
+                            ("waiting", "Waiting"),
+                            ("stopping", "Stopping"),
+                            ("dispatched", "Dispatched"),
+                            ("delivered", "Delivered"),
+                            ("failed", "Failed"),
+                            ("deleted", "Deleted"),
+                        ],
+                        default="waiting",
+                        max_length=20,
+                    ),
+                ),
+                ("text", models.TextField()),
+                ("attachments", models.JSONField(blank=True, default=list)),
+                (
+                    "position",
+                    models.PositiveIntegerField(
+                        default=0, help_text="Order among the session's waiting items."
+                    ),
+                ),
+                (
+                    "version",
+                    models.PositiveIntegerField(
+                        default=1, help_text="Bumped on each change; edits must match it."
+                    ),
+                ),
+                ("source", models.CharField(default="composer", max_length=20)),
+                ("source_meta", models.JSONField(blank=True, default=dict)),
+                ("reason", models.TextField(blank=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="from_intent",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="intents",
+                        to="projects.session",
+                    ),
+                ),
+                (
+                    "target_run",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="targeting_intents",
+                        to="runs.run",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['position', 'id'],
-                'indexes': [models.Index(fields=['session', 'state', 'position'], name='intents_pen_session_8057b5_idx')],
-                'constraints': [models.UniqueConstraint(fields=('session', 'client_id'), name='intent_client_id_unique_per_session')],
+                "ordering": ["position", "id"],
+                "indexes": [
+                    models.Index(
+                        fields=["session", "state", "position"], name="intents_pen_session_8057b5_idx"
+                    )
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("session", "client_id"), name="intent_client_id_unique_per_session"
+                    )
+                ],
             },
         ),
     ]

@@ -7,7 +7,6 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
@@ -16,63 +15,136 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Project',
+            name="Project",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('slug', models.SlugField(max_length=200)),
-                ('path', models.CharField(help_text='Absolute, resolved working directory.', max_length=4096)),
-                ('agent', models.CharField(help_text='Name of an operator-configured agent.', max_length=100)),
-                ('running_default', models.CharField(choices=[('queue', 'Queue by default'), ('steer', 'Steer by default')], default='queue', max_length=10)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='projects', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("slug", models.SlugField(max_length=200)),
+                (
+                    "path",
+                    models.CharField(help_text="Absolute, resolved working directory.", max_length=4096),
+                ),
+                (
+                    "agent",
+                    models.CharField(help_text="Name of an operator-configured agent.", max_length=100),
+                ),
+                (
+                    "running_default",
+                    models.CharField(
+                        choices=[("queue", "Queue by default"), ("steer", "Steer by default")],
+                        default="queue",
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="projects",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', 'id'],
+                "ordering": ["name", "id"],
             },
         ),
         migrations.CreateModel(
-            name='Session',
+            name="Session",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(blank=True, max_length=300)),
-                ('agent_session_id', models.CharField(blank=True, help_text='The ACP sessionId; empty until the agent created it.', max_length=200)),
-                ('status', models.CharField(choices=[('active', 'Active'), ('archived', 'Archived')], default='active', max_length=20)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('mode', models.CharField(blank=True, max_length=100)),
-                ('commands', models.JSONField(blank=True, default=list, help_text="The agent's advertised slash commands.")),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sessions', to='projects.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("title", models.CharField(blank=True, max_length=300)),
+                (
+                    "agent_session_id",
+                    models.CharField(
+                        blank=True,
+                        help_text="The ACP sessionId; empty until the agent created it.",
+                        max_length=200,
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("active", "Active"), ("archived", "Archived")],
+                        default="active",
+                        max_length=20,
+                    ),
+                ),
+                ("model", models.CharField(blank=True, max_length=200)),
+                ("mode", models.CharField(blank=True, max_length=100)),
+                (
+                    "commands",
+                    models.JSONField(
+                        blank=True, default=list, help_text="The agent's advertised slash commands."
+                    ),
+                ),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sessions",
+                        to="projects.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-updated_at', '-id'],
+                "ordering": ["-updated_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Workflow',
+            name="Workflow",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('prompt_template', models.TextField(help_text='Text with {variables}; {{ and }} for literal braces.')),
-                ('agent_mode', models.CharField(blank=True, max_length=100)),
-                ('agent_model', models.CharField(blank=True, max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
-                ('project', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='workflows', to='projects.project')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "prompt_template",
+                    models.TextField(help_text="Text with {variables}; {{ and }} for literal braces."),
+                ),
+                ("agent_mode", models.CharField(blank=True, max_length=100)),
+                ("agent_model", models.CharField(blank=True, max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
+                (
+                    "project",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="workflows",
+                        to="projects.project",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name', 'id'],
+                "ordering": ["name", "id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='project',
-            constraint=models.UniqueConstraint(fields=('owner', 'slug'), name='project_slug_unique_per_owner'),
+            model_name="project",
+            constraint=models.UniqueConstraint(
+                fields=("owner", "slug"), name="project_slug_unique_per_owner"
+            ),
         ),
         migrations.AddIndex(
-            model_name='session',
-            index=models.Index(fields=['project', '-updated_at'], name='projects_se_project_3f8462_idx'),
+            model_name="session",
+            index=models.Index(fields=["project", "-updated_at"], name="projects_se_project_3f8462_idx"),
         ),
     ]

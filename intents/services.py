@@ -1,0 +1,344 @@
+"""Pending intents: Queue, Steer, Stop-and-send (docs/intents.md).
+
+The queue lives in the database, owned by the session. Every action locks the
+session row first (the same lock order as run finishing), so two tabs, two
+runners and a dying process cannot both dispatch one item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Max
+
+from intents.models import IntentKind, IntentState, PendingIntent
+from projects.models import Session
+from runs import notify
+from runs.models import Control, ControlKind, Run, RunSource, RunStatus
+
+
+@dataclass
+class IntentResult:
+    status: str  # accepted | duplicate | not_active | expired | unsupported | conflict
+    message: str
+    intent: PendingIntent
+
+
+def _changed(session_id: int) -> None:
+    transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+
+
+def _next_position(session: Session) -> int:
+    top = PendingIntent.objects.filter(session=session).open().aggregate(m=Max("position"))["m"]
+    return 0 if top is None else top + 1
+
+
+def enqueue(
+    session: Session,
+    *,
+    client_id: str,
+    text: str,
+    attachments: Sequence[dict[str, Any]] = (),
+    source: str = "composer",
+    source_meta: dict[str, Any] | None = None,
+    reason: str = "",
+) -> PendingIntent:
+    """A waiting Queue item at the end of the session's queue. Caller holds the session lock."""
+    intent = PendingIntent.objects.create(
+        session=session,
+        client_id=client_id,
+        kind=IntentKind.QUEUE,
+        text=text,
+        attachments=list(attachments),
+        position=_next_position(session),
+        source=source,
+        source_meta=source_meta or {},
+        reason=reason,
+    )
+    _changed(session.pk)
+    return intent
+
+
+def steer_support(session: Session) -> tuple[bool, str]:
+    """Whether the session's agent can take steer; the reason when it cannot."""
+    from runs.models import Runner
+
+    agent = settings.HERMESWEB_AGENTS.get(session.project.agent)
+    if agent is None:
+        return False, f"Agent {session.project.agent!r} is not configured."
+    if agent.steer in ("slash", "extension"):
+        return True, ""
+    if agent.steer == "none":
+        return False, f"Agent {agent.name!r} cannot take steer guidance."
+    for caps in Runner.objects.alive().values_list("agent_capabilities", flat=True):
+        if (caps or {}).get(agent.name, {}).get("steer"):
+            return True, ""
+    return False, f"Agent {agent.name!r} has not advertised steer support."
+
+
+def _steer_target(session: Session) -> tuple[Run | None, str]:
+    active = Run.objects.filter(session=session).active().first()
+    if active is None:
+        return None, "The run has ended; the message stays queued."
+    if active.status == RunStatus.QUEUED:
+        return None, "The run has not started yet; the message stays queued."
+    if active.status == RunStatus.CANCELLING:
+        return None, "The run is being cancelled; the message stays queued."
+    ok, why = steer_support(session)
+    if not ok:
+        return None, f"{why} The message stays queued."
+    return active, ""
+
+
+def _deliver_steer(intent: PendingIntent, run: Run) -> None:
+    intent.kind = IntentKind.STEER
+    intent.target_run = run
+    intent.version += 1
+    intent.save(update_fields=["kind", "target_run", "version", "updated_at"])
+    Control.objects.create(
+        run=run,
+        kind=ControlKind.STEER,
+        target_id=str(intent.pk),
+        key=f"steer:{intent.pk}",
+        payload={"text": intent.text},
+    )
+    transaction.on_commit(lambda: notify.wake_runners("control", run.pk))
+
+
+def request_steer(
+    session: Session, active: Run, *, client_id: str, text: str, attachments: Sequence[dict[str, Any]] = ()
+) -> PendingIntent:
+    """A message sent as Steer. Falls back to Queue, text kept and reason shown, when it cannot steer."""
+    target, why = _steer_target(session)
+    if target is None:
+        return enqueue(
+            session,
+            client_id=client_id,
+            text=text,
+            attachments=attachments,
+            source_meta={"requested": "steer", "fallback": why},
+            reason=why,
+        )
+    intent = PendingIntent.objects.create(
+        session=session, client_id=client_id, kind=IntentKind.QUEUE, text=text, attachments=list(attachments),
+        position=_next_position(session),
+    )  # fmt: skip
+    _deliver_steer(intent, target)
+    _changed(session.pk)
+    return intent
+
+
+def _locked(intent: PendingIntent) -> tuple[Session, PendingIntent]:
+    from runs.services import lock_session
+
+    session = lock_session(intent.session_id)
+    return session, PendingIntent.objects.get(pk=intent.pk)
+
+
+def _waiting_check(intent: PendingIntent, version: int | None) -> IntentResult | None:
+    if intent.state != IntentState.WAITING or intent.kind != IntentKind.QUEUE:
+        return IntentResult("not_active", f"This message is no longer waiting ({intent.state}).", intent)
+    if version is not None and version != intent.version:
+        return IntentResult("conflict", "The message changed since you saw it.", intent)
+    return None
+
+
+def do_edit_intent(
+    intent: PendingIntent, *, version: int, text: str | None = None, position: int | None = None
+) -> IntentResult:
+    """Edit the text and/or move a waiting Queue item; `version` must be the one the caller saw."""
+    with transaction.atomic():
+        session, intent = _locked(intent)
+        refused = _waiting_check(intent, version)
+        if refused:
+            return refused
+        if text is not None:
+            if not text.strip():
+                return IntentResult("conflict", "A message needs some text; delete it instead.", intent)
+            intent.text = text
+        if position is not None:
+            _move(session, intent, position)
+        intent.version += 1
+        intent.save()
+        _changed(session.pk)
+    return IntentResult("accepted", "Saved.", intent)
+
+
+def _move(session: Session, intent: PendingIntent, position: int) -> None:
+    """Place `intent` at index `position` among the waiting items, renumbering all of them."""
+    others = list(
+        PendingIntent.objects.filter(session=session)
+        .waiting()
+        .exclude(pk=intent.pk)
+        .order_by("position", "id")
+    )
+    position = max(0, min(position, len(others)))
+    others.insert(position, intent)
+    for index, item in enumerate(others):
+        if item.pk == intent.pk:
+            intent.position = index
+        elif item.position != index:
+            PendingIntent.objects.filter(pk=item.pk).update(position=index, version=F("version") + 1)
+
+
+def do_delete_intent(intent: PendingIntent, *, version: int | None = None) -> IntentResult:
+    """Withdraw a waiting Queue item. Delivered steers and dispatched turns cannot be withdrawn."""
+    with transaction.atomic():
+        session, intent = _locked(intent)
+        if intent.state == IntentState.DELETED:
+            return IntentResult("duplicate", "Already deleted.", intent)
+        refused = _waiting_check(intent, version)
+        if refused:
+            return refused
+        intent.state = IntentState.DELETED
+        intent.version += 1
+        intent.save()
+        _changed(session.pk)
+    return IntentResult("accepted", "Deleted.", intent)
+
+
+def do_steer_intent(intent: PendingIntent) -> IntentResult:
+    """Upgrade a waiting Queue item to Steer: irreversible once accepted."""
+    with transaction.atomic():
+        session, intent = _locked(intent)
+        if intent.kind == IntentKind.STEER:
+            return IntentResult("duplicate", "Already sent as steer.", intent)
+        refused = _waiting_check(intent, None)
+        if refused:
+            return refused
+        target, why = _steer_target(session)
+        if target is None:
+            intent.reason = why
+            intent.save(update_fields=["reason", "updated_at"])
+            _changed(session.pk)
+            return IntentResult("conflict", why, intent)
+        intent.reason = ""
+        _deliver_steer(intent, target)
+        _changed(session.pk)
+    return IntentResult("accepted", "Steer sent to the running agent.", intent)
+
+
+def do_stop_and_send(intent: PendingIntent) -> IntentResult:
+    """Cancel the active run and make this waiting item the next turn, exactly once.
+
+    The item is marked `stopping` in the same transaction as the cancel
+    request, and `drain` (run in the terminal event's transaction) dispatches
+    stopping items first — so a refresh or a dropped socket mid-cancel loses nothing.
+    """
+    from runs.controls import do_cancel
+
+    with transaction.atomic():
+        session, intent = _locked(intent)
+        if intent.kind == IntentKind.STOP_AND_SEND:
+            return IntentResult("duplicate", "Stop-and-send already requested.", intent)
+        refused = _waiting_check(intent, None)
+        if refused:
+            return refused
+        active = Run.objects.filter(session=session).active().first()
+        intent.kind = IntentKind.STOP_AND_SEND
+        intent.state = IntentState.STOPPING
+        intent.target_run = active
+        intent.version += 1
+        intent.save()
+        _changed(session.pk)
+        if active is None:
+            drain(session)
+            transaction.on_commit(lambda: notify.wake_runners("run.queued"))
+            return IntentResult("accepted", "Nothing was running; sent now.", intent)
+        result = do_cancel(active)
+        if result.status in ("not_active",):
+            drain(session)
+            transaction.on_commit(lambda: notify.wake_runners("run.queued"))
+    intent.refresh_from_db()
+    return IntentResult("accepted", "Stopping the current run; this message goes next.", intent)
+
+
+def settle_after_run(session: Session, run: Run) -> None:
+    """Steers the run never took become queued items, with where they came from.
+
+    Call in the transaction that records the run's terminal event.
+    """
+    leftovers = PendingIntent.objects.filter(
+        session=session, target_run=run, kind=IntentKind.STEER, state=IntentState.WAITING
+    )
+    for intent in leftovers:
+        Control.objects.filter(run=run, key=f"steer:{intent.pk}", state="pending").update(
+            state="rejected", result="expired", message="run ended before delivery"
+        )
+        intent.kind = IntentKind.QUEUE
+        intent.source = RunSource.LEFTOVER_STEER
+        intent.source_meta = {**intent.source_meta, "steer_run_id": run.pk}
+        intent.reason = "The run ended before this steer reached the agent; it will be sent as the next turn."
+        intent.position = 0
+        intent.version += 1
+        intent.save()
+        PendingIntent.objects.filter(session=session).waiting().exclude(pk=intent.pk).update(
+            position=F("position") + 1
+        )
+        _changed(session.pk)
+
+
+def drain(session: Session) -> Run | None:
+    """Turn the next open intent into the session's next run. Caller holds the session lock.
+
+    Stop-and-send items go first, then waiting Queue items by position. The
+    intent → run link is one-to-one, so an item dispatches at most once.
+    """
+    if Run.objects.filter(session=session).active().exists():
+        return None
+    intent = (
+        PendingIntent.objects.filter(session=session, state=IntentState.STOPPING)
+        .order_by("updated_at", "id")
+        .first()
+        or PendingIntent.objects.filter(session=session, kind=IntentKind.QUEUE)
+        .waiting()
+        .order_by("position", "id")
+        .first()
+    )
+    if intent is None:
+        return None
+    if intent.kind == IntentKind.STOP_AND_SEND:
+        source = RunSource.STOP_AND_SEND
+    elif intent.source == RunSource.LEFTOVER_STEER:
+        source = RunSource.LEFTOVER_STEER
+    else:
+        source = RunSource.QUEUE
+    run = Run.objects.create(
+        session=session,
+        client_id=intent.client_id,
+        prompt_text=intent.text,
+        attachments=intent.attachments,
+        source=source,
+        source_meta={**intent.source_meta, "intent_id": intent.pk},
+    )
+    intent.state = IntentState.DISPATCHED
+    intent.run = run
+    intent.version += 1
+    intent.save()
+    _changed(session.pk)
+    return run
+
+
+def intent_dict(intent: PendingIntent) -> dict[str, Any]:
+    return {
+        "id": intent.pk,
+        "session_id": intent.session_id,
+        "client_id": intent.client_id,
+        "kind": intent.kind,
+        "state": intent.state,
+        "text": intent.text,
+        "attachments": intent.attachments,
+        "position": intent.position,
+        "version": intent.version,
+        "source": intent.source,
+        "source_meta": intent.source_meta,
+        "target_run_id": intent.target_run_id,
+        "run_id": intent.run_id,
+        "reason": intent.reason,
+        "created_at": intent.created_at,
+        "updated_at": intent.updated_at,
+    }

@@ -1,0 +1,229 @@
+"""Controls on runs: cancel, approval, clarify, goal (docs/runner.md, "Controls").
+
+The web process never touches a live agent: a control is a durable row the
+runner applies, plus a doorbell. Every action answers at once with a bounded
+ControlResult computed from the database, and is safe to repeat.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from projects.models import Session
+from runs import journal, notify
+from runs.models import (
+    Control,
+    ControlKind,
+    ControlResultStatus,
+    ControlState,
+    EventType,
+    JournalEvent,
+    Run,
+    RunStatus,
+)
+
+Status = ControlResultStatus
+
+
+class InvalidControl(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class ControlResult:
+    accepted: bool
+    status: str
+    event_id: str | None
+    message: str
+
+    @classmethod
+    def of(cls, status: str, message: str, event_id: str | None = None) -> ControlResult:
+        return cls(status == Status.ACCEPTED, str(status), event_id, message)
+
+
+def _ring(run_id: int) -> None:
+    notify.wake_runners("control", run_id)
+
+
+def _lock_run(run_id: int) -> Run:
+    return Run.objects.select_for_update().get(pk=run_id)
+
+
+def do_cancel(run: Run) -> ControlResult:
+    """Ask for a graceful cancel; exactly one `done{cancelled}` follows.
+
+    A queued run never reached an agent, so it is cancelled here and now; an
+    executing run gets a pending control that its runner applies.
+    """
+    from runs.services import finish_run, lock_session
+
+    with transaction.atomic():
+        lock_session(run.session_id)
+        locked = _lock_run(run.pk)
+        if locked.is_terminal:
+            return ControlResult.of(Status.NOT_ACTIVE, f"Run already ended ({locked.status}).")
+        if locked.status == RunStatus.QUEUED:
+            rows = finish_run(
+                locked.pk,
+                [
+                    journal.done_event(
+                        RunStatus.CANCELLED, stop_reason="cancelled", reason="cancelled before start"
+                    )
+                ],
+                stop_reason="cancelled",
+            )
+            return ControlResult.of(Status.ACCEPTED, "Cancelled before it started.", rows[-1].event_id)
+        _, created = Control.objects.get_or_create(
+            run=locked, key="cancel", defaults={"kind": ControlKind.CANCEL}
+        )
+        if not created:
+            return ControlResult.of(Status.DUPLICATE, "Cancel already requested.")
+        Run.objects.filter(pk=locked.pk).update(status=RunStatus.CANCELLING)
+        transaction.on_commit(lambda: (_ring(locked.pk), notify.publish_session_changed(locked.session_id)))
+    return ControlResult.of(Status.ACCEPTED, "Cancel requested.")
+
+
+def _requested(run: Run, event_type: str, id_key: str, target: str) -> JournalEvent | None:
+    return (
+        JournalEvent.objects.filter(run=run, type=event_type, **{f"payload__{id_key}": target})
+        .order_by("seq")
+        .first()
+    )
+
+
+def _resolved(run: Run, event_type: str, id_key: str, target: str) -> JournalEvent | None:
+    return JournalEvent.objects.filter(run=run, type=event_type, **{f"payload__{id_key}": target}).first()
+
+
+def _respond(run: Run, kind: str, target: str, payload: dict[str, Any]) -> ControlResult:
+    requested_type, resolved_type, id_key = {
+        ControlKind.APPROVAL: (EventType.APPROVAL_REQUESTED, EventType.APPROVAL_RESOLVED, "approval_id"),
+        ControlKind.CLARIFY: (EventType.CLARIFY_REQUESTED, EventType.CLARIFY_RESOLVED, "clarify_id"),
+    }[kind]
+    with transaction.atomic():
+        locked = _lock_run(run.pk)
+        request = _requested(locked, requested_type, id_key, target)
+        if request is None:
+            return ControlResult.of(Status.NOT_ACTIVE, f"No {kind} request {target!r} on this run.")
+        if kind == ControlKind.APPROVAL:
+            options = {o.get("option_id") for o in request.payload.get("options", [])}
+            if payload["option_id"] not in options:
+                raise InvalidControl(
+                    "invalid_option", f"Option must be one of: {', '.join(sorted(options))}."
+                )
+        key = f"{kind}:{target}"
+        existing = Control.objects.filter(run=locked, key=key).first()
+        if existing is not None:
+            if existing.payload == payload:
+                return ControlResult.of(Status.DUPLICATE, "This answer was already given.")
+            return ControlResult.of(Status.CONFLICT, "A different answer was already given.")
+        resolution = _resolved(locked, resolved_type, id_key, target)
+        if resolution is not None or locked.is_terminal:
+            return ControlResult.of(Status.EXPIRED, f"The {kind} request is no longer open.")
+        try:
+            with transaction.atomic():
+                Control.objects.create(run=locked, kind=kind, target_id=target, key=key, payload=payload)
+        except IntegrityError:
+            return ControlResult.of(Status.DUPLICATE, "This answer was already given.")
+        transaction.on_commit(lambda: _ring(locked.pk))
+    return ControlResult.of(Status.ACCEPTED, "Answer sent to the agent.")
+
+
+def do_respond_approval(run: Run, approval_id: str, option_id: str) -> ControlResult:
+    """Answer a pending permission request with one of the options the agent offered."""
+    return _respond(run, ControlKind.APPROVAL, approval_id, {"option_id": option_id})
+
+
+def do_respond_clarify(run: Run, clarify_id: str, answer: dict[str, Any] | str) -> ControlResult:
+    """Answer a pending clarify question (an ACP elicitation). A string answers field `answer`."""
+    content = {"answer": answer} if isinstance(answer, str) else dict(answer)
+    return _respond(run, ControlKind.CLARIFY, clarify_id, {"content": content, "action": "accept"})
+
+
+GOAL_ACTIONS = ("set", "pause", "resume", "clear", "status", "edit")
+
+
+def do_goal(session: Session, action: str, text: str | None) -> ControlResult:
+    """Goals exist only where the agent offers them; none of ours does (docs/runner.md)."""
+    if action not in GOAL_ACTIONS:
+        raise InvalidControl("invalid_action", f"action must be one of {', '.join(GOAL_ACTIONS)}")
+    if action in ("set", "edit") and not (text or "").strip():
+        raise InvalidControl("missing_text", f"goal {action} needs text")
+    # ACP v1 has no goal primitive and no configured agent advertises one
+    # (Hermes 0.19 has no /goal over ACP): answer honestly rather than emulate it.
+    agent = session.project.agent
+    return ControlResult.of(Status.UNSUPPORTED, f"Agent {agent!r} does not offer goals.")
+
+
+def available_controls(run: Run) -> list[str]:
+    if run.is_terminal:
+        return []
+    controls = ["cancel"] if run.status != RunStatus.CANCELLING else []
+    if run.status == RunStatus.AWAITING_APPROVAL:
+        controls.append("approval")
+    if run.status == RunStatus.AWAITING_CLARIFY:
+        controls.append("clarify")
+    if run.status in (RunStatus.RUNNING, RunStatus.AWAITING_APPROVAL, RunStatus.AWAITING_CLARIFY):
+        controls.append("steer")
+    return controls
+
+
+def _open_ids(run: Run, requested: str, resolved: str, key: str) -> list[str]:
+    if run.is_terminal:
+        return []
+    asked = list(
+        JournalEvent.objects.filter(run=run, type=requested)
+        .order_by("seq")
+        .values_list(f"payload__{key}", flat=True)
+    )
+    done = set(JournalEvent.objects.filter(run=run, type=resolved).values_list(f"payload__{key}", flat=True))
+    return [str(i) for i in asked if i not in done]
+
+
+def run_status(run: Run) -> dict[str, Any]:
+    """The reconnect metadata of the run adapter contract (Artifact 1)."""
+    terminal_event = None
+    if run.is_terminal:
+        terminal_event = JournalEvent.objects.filter(run=run, terminal=True).first()
+    return {
+        "run_id": run.pk,
+        "session_id": run.session_id,
+        "status": run.status,
+        "last_seq": run.last_seq,
+        "last_event_id": run.last_event_id,
+        "terminal": run.is_terminal,
+        "terminal_state": terminal_event.payload.get("state") if terminal_event else None,
+        "stop_reason": run.stop_reason or None,
+        "controls": available_controls(run),
+        "pending_approval_ids": _open_ids(
+            run, EventType.APPROVAL_REQUESTED, EventType.APPROVAL_RESOLVED, "approval_id"
+        ),
+        "pending_clarify_ids": _open_ids(
+            run, EventType.CLARIFY_REQUESTED, EventType.CLARIFY_RESOLVED, "clarify_id"
+        ),
+        "source": run.source,
+        "error": run.error or None,
+        "usage": run.usage or {},
+        "created_at": run.created_at,
+        "started_at": run.started_at,
+        "finished_at": run.finished_at,
+    }
+
+
+__all__ = [
+    "ControlResult",
+    "ControlState",
+    "InvalidControl",
+    "available_controls",
+    "do_cancel",
+    "do_goal",
+    "do_respond_approval",
+    "do_respond_clarify",
+    "run_status",
+]
