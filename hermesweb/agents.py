@@ -42,7 +42,8 @@ def builtin_agents(data_dir: Path) -> dict[str, dict[str, Any]]:
         "demo": {
             "command": sys.executable,
             "args": ["-m", "runs.demo_agent", "--home", str(data_dir / "demo-agent")],
-            "env": {},
+            # The agent runs with the project as cwd; it must still find its own package.
+            "env": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
             "steer": "slash",
         },
         "hermes": {

@@ -1,3 +1,186 @@
-from ninja import NinjaAPI
+"""The control API root: authentication, error shapes, the app routers, health.
 
-api = NinjaAPI(title="hermesweb", version="1")
+Contract: issue 2 ("Control API"); OpenAPI at /api/docs. Every answer is JSON,
+errors included (hermesweb/errors.py); every endpoint needs a signed-in user
+or a personal token.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any
+
+import orjson
+from django.conf import settings
+from django.db import connection
+from django.http import HttpRequest
+from django.utils import timezone
+from ninja import NinjaAPI, Router, Schema, Status
+from ninja.parser import Parser
+from ninja.renderers import BaseRenderer
+from ninja.responses import NinjaJSONEncoder
+
+from hermesweb.auth import api_auth, login_required_json
+from hermesweb.errors import install_exception_handlers, not_found
+
+log = logging.getLogger(__name__)
+
+
+class NulCharacter(ValueError):
+    """PostgreSQL stores no NUL in text or jsonb; refusing it here keeps it from becoming a 500."""
+
+
+def _refuse_nul(value: Any) -> None:
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise NulCharacter("strings must not contain the NUL character (\\u0000)")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _refuse_nul(key)
+            _refuse_nul(item)
+    elif isinstance(value, list):
+        for item in value:
+            _refuse_nul(item)
+
+
+class ORJSONParser(Parser):
+    def parse_body(self, request: HttpRequest) -> Any:
+        data = orjson.loads(request.body)
+        _refuse_nul(data)
+        return data
+
+
+class ORJSONRenderer(BaseRenderer):
+    media_type = "application/json"
+
+    def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
+        return orjson.dumps(data, default=NinjaJSONEncoder().default)
+
+
+api = NinjaAPI(
+    title="hermesweb",
+    version="1",
+    description="Control API of the hermesweb workbench: projects, sessions, runs, their journal and controls.",
+    auth=api_auth(),
+    renderer=ORJSONRenderer(),
+    parser=ORJSONParser(),
+    docs_decorator=login_required_json,
+)
+install_exception_handlers(api)
+
+api.add_router("", "projects.api.router")
+api.add_router("", "runs.api.router")
+api.add_router("", "intents.api.router")
+
+
+# ---------------------------------------------------------------- health
+
+
+class DatabaseHealth(Schema):
+    ok: bool
+    vendor: str
+    error: str | None = None
+
+
+class ChannelLayerHealth(Schema):
+    ok: bool
+    backend: str
+    redis: bool
+    error: str | None = None
+
+
+class RunnerHealth(Schema):
+    id: str
+    host: str
+    pid: int
+    started_at: datetime
+    last_heartbeat: datetime
+    alive: bool
+
+
+class HealthOut(Schema):
+    ok: bool
+    database: DatabaseHealth
+    channel_layer: ChannelLayerHealth
+    runners: list[RunnerHealth]
+
+
+def _database_health() -> DatabaseHealth:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:
+        log.warning("health: database check failed", exc_info=True)
+        return DatabaseHealth(ok=False, vendor=connection.vendor, error=type(exc).__name__)
+    return DatabaseHealth(ok=True, vendor=connection.vendor)
+
+
+def _channel_layer_health() -> ChannelLayerHealth:
+    backend = settings.CHANNEL_LAYERS.get("default", {}).get("BACKEND", "")
+    redis_url = getattr(settings, "REDIS_URL", "")
+    if not redis_url:
+        return ChannelLayerHealth(ok=True, backend=backend, redis=False)
+    try:
+        import redis
+
+        client = redis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as exc:
+        log.warning("health: redis ping failed", exc_info=True)
+        return ChannelLayerHealth(ok=False, backend=backend, redis=True, error=type(exc).__name__)
+    return ChannelLayerHealth(ok=True, backend=backend, redis=True)
+
+
+def _runners_health() -> list[RunnerHealth]:
+    from runs.models import Runner
+
+    now = timezone.now()
+    alive = set(Runner.objects.alive(now).values_list("id", flat=True))
+    return [
+        RunnerHealth(
+            id=runner.id,
+            host=runner.host,
+            pid=runner.pid,
+            started_at=runner.started_at,
+            last_heartbeat=runner.heartbeat_at,
+            alive=runner.id in alive,
+        )
+        for runner in Runner.objects.filter(stopped_at__isnull=True)[:100]
+    ]
+
+
+@api.get("/health", response={200: HealthOut, 503: HealthOut}, tags=["health"])
+def health(request: HttpRequest) -> Status[HealthOut]:
+    """Database, channel layer (a Redis ping when configured) and the runners' heartbeats.
+
+    503 when the database or the channel layer fails; a missing runner is
+    reported, not failed, because the web process is still useful without one.
+    """
+    database = _database_health()
+    channel_layer = _channel_layer_health()
+    runners = _runners_health() if database.ok else []
+    ok = database.ok and channel_layer.ok
+    body = HealthOut(ok=ok, database=database, channel_layer=channel_layer, runners=runners)
+    return Status(200 if ok else 503, body)
+
+
+# ---------------------------------------------------------------- fallback
+
+# Registered last so it only catches what no route matched: unknown /api/
+# paths get the JSON 404 instead of Django's HTML page.
+_fallback = Router()
+
+
+@_fallback.api_operation(
+    ["GET", "POST", "PUT", "PATCH", "DELETE"], "/{path:rest}", include_in_schema=False
+)
+def unknown_endpoint(request: HttpRequest, rest: str) -> None:
+    raise not_found("endpoint")
+
+
+api.add_router("", _fallback)

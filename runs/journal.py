@@ -93,6 +93,9 @@ def append_batch(
         ]
         JournalEvent.objects.bulk_create(rows)
         updates: dict[str, Any] = {"last_seq": run.last_seq + len(rows), **run_updates}
+        if run.status == RunStatus.CANCELLING and updates.get("status") not in (None, *TERMINAL_STATES):
+            # A cancel was requested: only a terminal state may replace it.
+            del updates["status"]
         if terminal is not None:
             updates.setdefault("status", terminal.payload["state"])
             updates.setdefault("finished_at", now)

@@ -1,0 +1,125 @@
+"""API authentication: a personal token, or the browser's Django session.
+
+A request that carries `Authorization: Bearer …` is judged by the token alone:
+a wrong or revoked token is a 401 even when a session cookie rides along, so a
+script never silently acts as whoever is signed in to the browser. Session
+callers get Django's CSRF check on unsafe methods; token callers need none,
+because a browser never attaches the header on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from ninja.security import APIKeyCookie, HttpBearer
+from ninja.utils import check_csrf
+
+from hermesweb.errors import MAX_ID, ApiError, error_body, not_found
+from hermesweb.models import ApiToken
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
+# Beyond this a value cannot be one of our tokens; skip hashing junk.
+_MAX_TOKEN_LENGTH = 200
+
+
+def bearer_value(request: HttpRequest) -> str | None:
+    """The token of an `Authorization: Bearer` header, "" for an empty one, None without one."""
+    header = request.headers.get("Authorization", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return value.strip()
+
+
+def user_for_token(raw: str) -> Any | None:
+    if not raw or len(raw) > _MAX_TOKEN_LENGTH:
+        return None
+    token = ApiToken.authenticate(raw)
+    return token.user if token is not None else None
+
+
+class BearerTokenAuth(HttpBearer):
+    def __call__(self, request: HttpRequest) -> Any | None:
+        raw = bearer_value(request)
+        if raw is None:
+            return None
+        return self.authenticate(request, raw)
+
+    def authenticate(self, request: HttpRequest, token: str) -> Any | None:
+        user = user_for_token(token)
+        if user is None:
+            raise ApiError(401, "not_authenticated", "The API token is invalid or revoked.")
+        # Code below the API reads request.user like any Django view.
+        request.user = user
+        request._hermesweb_token_auth = True  # type: ignore[attr-defined]
+        return user
+
+
+class SessionCsrfAuth(APIKeyCookie):
+    """The Django session, with CSRF enforced for unsafe methods.
+
+    Ninja's stock SessionAuth checks CSRF before it knows who is calling, which
+    turns an anonymous POST into a 403; here an anonymous caller is a 401.
+    """
+
+    param_name = settings.SESSION_COOKIE_NAME
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        return request.COOKIES.get(self.param_name)
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Any | None:
+        user = getattr(request, "user", None)
+        if user is None or not user.is_authenticated:
+            return None
+        if request.method not in SAFE_METHODS and check_csrf(request) is not None:
+            raise ApiError(
+                403,
+                "csrf_failed",
+                "CSRF check failed: send the csrftoken cookie's value in the X-CSRFToken header.",
+            )
+        return user
+
+
+def api_auth() -> list[Any]:
+    return [BearerTokenAuth(), SessionCsrfAuth()]
+
+
+def authenticated_user(request: HttpRequest) -> Any | None:
+    """The caller for plain Django views (the OpenAPI docs): token first, then session."""
+    raw = bearer_value(request)
+    if raw is not None:
+        return user_for_token(raw)
+    user = getattr(request, "user", None)
+    return user if user is not None and user.is_authenticated else None
+
+
+def login_required_json(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """Like login_required, but a 401 in the API's error shape instead of a redirect."""
+
+    @wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if authenticated_user(request) is None:
+            return JsonResponse(
+                error_body("not_authenticated", "Sign in, or send 'Authorization: Bearer <token>'."), status=401
+            )
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def get_visible(queryset: Any, user: Any, pk: int, what: str) -> Any:
+    """The object with `pk` among those `user` may see, or a 404 `not_found`.
+
+    Someone else's object and a missing one get the same answer, so ids leak
+    nothing. An id no bigint can hold is simply absent (SQLite would raise).
+    """
+    if not 1 <= pk <= MAX_ID:
+        raise not_found(what)
+    obj = queryset.visible_to(user).filter(pk=pk).first()
+    if obj is None:
+        raise not_found(what)
+    return obj

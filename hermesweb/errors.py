@@ -1,0 +1,178 @@
+"""One error shape for the whole API: `{code, message, details?}`.
+
+Views raise `ApiError`; domain code raises its own coded exceptions and the
+views translate them. The handlers here make sure nothing — a malformed body,
+an oversized upload, a bug — ever reaches the client as Django's HTML error
+page. Unexpected exceptions are logged with their traceback and answered with
+a 500 `internal_error` that carries no internals.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import (
+    ObjectDoesNotExist,
+    PermissionDenied,
+    RequestDataTooBig,
+    SuspiciousOperation,
+)
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError
+from django.http import Http404, HttpRequest, HttpResponse
+from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Throttled, ValidationError
+
+if TYPE_CHECKING:
+    from ninja import NinjaAPI
+
+log = logging.getLogger("hermesweb.api")
+
+# The largest value a bigint primary key can hold; larger ids cannot exist.
+MAX_ID = 2**63 - 1
+
+
+class ApiError(Exception):
+    """An answer the API gives on purpose: an HTTP status, a stable code, a safe message."""
+
+    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.details = details
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.code, self.message, self.details)
+
+
+def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details is not None:
+        body["details"] = details
+    return body
+
+
+def not_found(what: str = "object") -> ApiError:
+    # The same answer whether the object is missing or belongs to someone else.
+    return ApiError(404, "not_found", f"No such {what}.")
+
+
+_STATUS_CODES = {
+    400: "bad_request",
+    401: "not_authenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "conflict",
+    413: "payload_too_large",
+    422: "validation_error",
+    429: "throttled",
+}
+
+
+def validation_details(errors: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ninja's pydantic errors as `{field, location, message, type}`.
+
+    Ninja reports body fields as `("body", <parameter name>, field, …)`; the
+    parameter name is an implementation detail, so it is dropped.
+    """
+    details = []
+    for error in errors:
+        loc = [str(part) for part in error.get("loc", ())]
+        location = loc[0] if loc else "body"
+        rest = loc[2:] if location == "body" else loc[1:]
+        details.append(
+            {
+                "field": ".".join(rest) or location,
+                "location": location,
+                "message": str(error.get("msg", "invalid")),
+                "type": str(error.get("type", "invalid")),
+            }
+        )
+    return details
+
+
+def install_exception_handlers(api: NinjaAPI) -> None:
+    def respond(request: HttpRequest, status: int, body: dict[str, Any]) -> HttpResponse:
+        return api.create_response(request, body, status=status)
+
+    @api.exception_handler(ApiError)
+    def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+        return respond(request, exc.status, exc.body())
+
+    @api.exception_handler(ValidationError)
+    def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
+        details = validation_details(exc.errors)
+        fields = ", ".join(d["field"] for d in details)
+        return respond(request, 422, error_body("validation_error", f"Invalid input: {fields}.", details))
+
+    @api.exception_handler(DjangoValidationError)
+    def on_model_validation_error(request: HttpRequest, exc: DjangoValidationError) -> HttpResponse:
+        if hasattr(exc, "error_dict"):
+            details = [
+                {"field": field, "location": "body", "message": " ".join(messages), "type": "invalid"}
+                for field, messages in exc.message_dict.items()
+            ]
+        else:
+            details = [{"field": "body", "location": "body", "message": m, "type": "invalid"} for m in exc.messages]
+        return respond(request, 422, error_body("validation_error", "Invalid input.", details))
+
+    @api.exception_handler(AuthenticationError)
+    def on_authentication_error(request: HttpRequest, exc: AuthenticationError) -> HttpResponse:
+        return respond(
+            request,
+            401,
+            error_body("not_authenticated", "Sign in, or send 'Authorization: Bearer <token>'."),
+        )
+
+    @api.exception_handler(AuthorizationError)
+    def on_authorization_error(request: HttpRequest, exc: AuthorizationError) -> HttpResponse:
+        return respond(request, 403, error_body("forbidden", str(exc)))
+
+    @api.exception_handler(Throttled)
+    def on_throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
+        return respond(request, 429, error_body("throttled", str(exc)))
+
+    @api.exception_handler(HttpError)
+    def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        code = _STATUS_CODES.get(exc.status_code, "error")
+        message = str(exc)
+        if exc.status_code == 400 and exc.__cause__ is not None:
+            # Ninja wraps the parser's exception; its text says what is wrong and is safe to show.
+            code, message = "invalid_json", f"The request body is not valid JSON: {exc.__cause__}"
+        return respond(request, exc.status_code, error_body(code, message))
+
+    @api.exception_handler(Http404)
+    def on_http404(request: HttpRequest, exc: Http404) -> HttpResponse:
+        return respond(request, 404, error_body("not_found", "Not found."))
+
+    @api.exception_handler(ObjectDoesNotExist)
+    def on_does_not_exist(request: HttpRequest, exc: ObjectDoesNotExist) -> HttpResponse:
+        return respond(request, 404, error_body("not_found", "Not found."))
+
+    @api.exception_handler(PermissionDenied)
+    def on_permission_denied(request: HttpRequest, exc: PermissionDenied) -> HttpResponse:
+        return respond(request, 403, error_body("forbidden", "Permission denied."))
+
+    @api.exception_handler(RequestDataTooBig)
+    def on_too_big(request: HttpRequest, exc: RequestDataTooBig) -> HttpResponse:
+        return respond(request, 413, error_body("payload_too_large", "The request body is too large."))
+
+    @api.exception_handler(SuspiciousOperation)
+    def on_suspicious(request: HttpRequest, exc: SuspiciousOperation) -> HttpResponse:
+        log.warning("suspicious request to %s: %s", request.path, exc)
+        return respond(request, 400, error_body("bad_request", "The request was refused."))
+
+    @api.exception_handler(IntegrityError)
+    def on_integrity_error(request: HttpRequest, exc: IntegrityError) -> HttpResponse:
+        # A constraint caught a race the action did not anticipate: the client may
+        # retry, but the traceback is kept because the action should handle it.
+        log.warning("integrity error on %s %s", request.method, request.path, exc_info=exc)
+        return respond(request, 409, error_body("conflict", "The request conflicts with the current state."))
+
+    @api.exception_handler(Exception)
+    def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:
+        log.error("unhandled error on %s %s", request.method, request.path, exc_info=exc)
+        return respond(request, 500, error_body("internal_error", "Internal error; it has been logged."))

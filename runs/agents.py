@@ -1,0 +1,278 @@
+"""Supervised, reused agent processes: at most one per (project, agent).
+
+Design note: docs/runner.md ("Agent processes"). Hermes takes ~1.5 s to start,
+so a process serves every turn of its project until it dies, is retired
+(after a jammed session) or idles out. The ACP client side routes each
+`session/update`, permission request and elicitation to the run executing on
+that agent session; updates for sessions being loaded (history replay) are
+dropped, because our journal already holds that history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import acp
+from acp import schema
+from django.conf import settings
+
+from hermesweb.agents import AgentSpec
+
+log = logging.getLogger(__name__)
+
+INITIALIZE_TIMEOUT = 60.0
+STDIO_LIMIT = 16 * 1024 * 1024
+
+
+class AgentDied(Exception):
+    """The agent process exited (or its pipes closed) while we needed it."""
+
+
+class SessionSink(Protocol):
+    def on_update(self, update: Any) -> None: ...
+
+    async def on_permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse: ...
+
+    async def on_elicitation(self, message: str, mode: Any) -> Any: ...
+
+
+class _Client:
+    """The ACP `Client` the agent talks to; every call is routed by agent session id."""
+
+    def __init__(self, process: AgentProcess) -> None:
+        self.process = process
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.process.route_update(session_id, update)
+
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any
+    ) -> schema.RequestPermissionResponse:
+        sink = self.process.sinks.get(session_id)
+        if sink is None:
+            # No run is watching: never grant on anyone's behalf.
+            return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
+        return await sink.on_permission(tool_call, options)
+
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        session_id = getattr(getattr(mode, "root", mode), "session_id", None)
+        sink = self.process.sinks.get(session_id) if session_id else None
+        if sink is None:
+            return schema.CancelElicitationResponse(action="cancel")
+        return await sink.on_elicitation(message, getattr(mode, "root", mode))
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        return None
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise acp.RequestError.method_not_found(method)
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+
+class AgentProcess:
+    def __init__(self, spec: AgentSpec, project_id: int, cwd: str) -> None:
+        self.spec = spec
+        self.project_id = project_id
+        self.cwd = cwd
+        self.conn: Any = None
+        self.process: asyncio.subprocess.Process | None = None
+        self.capabilities: dict[str, Any] = {}
+        self.sinks: dict[str, SessionSink] = {}
+        self.loaded: set[str] = set()
+        self.loading: set[str] = set()
+        self.commands: dict[str, Any] = {}
+        self.active = 0
+        self.last_used = time.monotonic()
+        self.poisoned = ""
+        self.exited = asyncio.Event()
+        self._cm: Any = None
+        self._log: Any = None
+        self._watch: asyncio.Task[None] | None = None
+        self.on_orphan_update: Any = None
+
+    @property
+    def alive(self) -> bool:
+        return self.conn is not None and not self.exited.is_set()
+
+    @property
+    def log_path(self) -> Path:
+        return Path(settings.HERMESWEB_LOG_DIR) / f"agent-{self.spec.name}-project{self.project_id}.log"
+
+    async def start(self) -> None:
+        command = self.spec.resolved_command()
+        if command is None:
+            raise AgentDied(
+                f"agent {self.spec.name!r}: command {self.spec.command!r} not found or not executable"
+            )
+        # stderr goes to a file: an unread pipe fills and blocks the agent.
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        self._cm = acp.spawn_agent_process(
+            _Client(self),
+            command,
+            *self.spec.args,
+            env=self.spec.env,
+            cwd=self.cwd,
+            transport_kwargs={"stderr": self._log, "limit": STDIO_LIMIT},
+            use_unstable_protocol=True,
+        )
+        self.conn, self.process = await self._cm.__aenter__()
+        self._watch = asyncio.get_running_loop().create_task(self._wait_exit())
+        try:
+            response = await asyncio.wait_for(self._initialize(), INITIALIZE_TIMEOUT)
+        except (TimeoutError, Exception) as exc:
+            await self.close()
+            raise AgentDied(f"agent {self.spec.name!r} failed to initialize: {exc!r}") from exc
+        self.capabilities = self._summarise(response)
+        log.info(
+            "agent %s started for project %s (pid %s)", self.spec.name, self.project_id, self.process.pid
+        )
+
+    async def _initialize(self) -> Any:
+        init = self.conn.initialize(
+            protocol_version=acp.PROTOCOL_VERSION,
+            client_capabilities=schema.ClientCapabilities(
+                elicitation=schema.ElicitationCapabilities(form=schema.ElicitationFormCapabilities()),
+            ),
+            client_info=schema.Implementation(name="hermesweb", version="0.1.0"),
+        )
+        waiter = asyncio.ensure_future(self.exited.wait())
+        task = asyncio.ensure_future(init)
+        done, _ = await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        waiter.cancel()
+        if task not in done:
+            task.cancel()
+            raise AgentDied("agent exited during initialize")
+        return task.result()
+
+    def _summarise(self, response: Any) -> dict[str, Any]:
+        data = response.model_dump(by_alias=True, exclude_none=True, mode="json")
+        meta = data.get("_meta") or {}
+        steer = self.spec.steer
+        if steer == "auto":
+            steer = "slash" if meta.get("steer") == "slash" else "none"
+        caps = data.get("agentCapabilities", {})
+        return {
+            "agent_info": data.get("agentInfo", {}),
+            "load_session": bool(caps.get("loadSession")),
+            "session_capabilities": caps.get("sessionCapabilities", {}),
+            "prompt_capabilities": caps.get("promptCapabilities", {}),
+            "steer": steer if steer != "none" else False,
+            "goal": False,
+        }
+
+    async def _wait_exit(self) -> None:
+        assert self.process is not None
+        with contextlib.suppress(Exception):
+            await self.process.wait()
+        self.exited.set()
+        log.warning(
+            "agent %s for project %s exited (code %s)",
+            self.spec.name,
+            self.project_id,
+            self.process.returncode,
+        )
+
+    def route_update(self, session_id: str, update: Any) -> None:
+        kind = getattr(update, "session_update", None)
+        if kind == "available_commands_update":
+            # Often sent during session/new or load, before any run listens: keep the latest.
+            self.commands[session_id] = update
+        if session_id in self.loading:
+            return  # history replay of session/load: the journal already has it
+        sink = self.sinks.get(session_id)
+        if sink is not None:
+            sink.on_update(update)
+        elif self.on_orphan_update is not None:
+            self.on_orphan_update(self, session_id, update)
+
+    async def call(self, coro: Any, timeout: float | None = None) -> Any:
+        """Await an ACP request, failing fast with AgentDied if the process exits meanwhile."""
+        task = asyncio.ensure_future(coro)
+        waiter = asyncio.ensure_future(self.exited.wait())
+        try:
+            done, _ = await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiter.cancel()
+        if task in done:
+            return task.result()
+        task.cancel()
+        if self.exited.is_set():
+            raise AgentDied(f"agent {self.spec.name!r} exited (code {self.returncode})")
+        raise TimeoutError
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.returncode if self.process else None
+
+    async def close(self) -> None:
+        if self._cm is not None:
+            cm, self._cm = self._cm, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cm.__aexit__(None, None, None), 10)
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.process.kill()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self.exited.set()
+
+
+class AgentPool:
+    def __init__(self) -> None:
+        self.processes: dict[tuple[int, str], AgentProcess] = {}
+        self._locks: dict[tuple[int, str], asyncio.Lock] = {}
+        self.on_started: Any = None
+        self.on_orphan_update: Any = None
+
+    async def acquire(self, spec: AgentSpec, project_id: int, cwd: str) -> AgentProcess:
+        key = (project_id, spec.name)
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            current = self.processes.get(key)
+            if current is not None and current.alive and not current.poisoned:
+                current.active += 1
+                current.last_used = time.monotonic()
+                return current
+            if current is not None and current.active == 0:
+                await current.close()
+            process = AgentProcess(spec, project_id, cwd)
+            process.on_orphan_update = self.on_orphan_update
+            await process.start()
+            self.processes[key] = process
+            process.active += 1
+            if self.on_started is not None:
+                await self.on_started(process)
+            return process
+
+    async def release(self, process: AgentProcess) -> None:
+        process.active -= 1
+        process.last_used = time.monotonic()
+        if process.active <= 0 and (process.poisoned or not process.alive):
+            await self._retire(process)
+
+    async def _retire(self, process: AgentProcess) -> None:
+        key = (process.project_id, process.spec.name)
+        if self.processes.get(key) is process:
+            del self.processes[key]
+        await process.close()
+
+    async def reap_idle(self, idle_seconds: float) -> None:
+        now = time.monotonic()
+        for process in list(self.processes.values()):
+            if process.active <= 0 and (not process.alive or now - process.last_used > idle_seconds):
+                await self._retire(process)
+
+    async def close_all(self) -> None:
+        for process in list(self.processes.values()):
+            await self._retire(process)

@@ -1,0 +1,214 @@
+"""Messages, transcripts, runs, their journal and controls.
+
+Thin views over runs.services / runs.controls / runs.journal. A control always
+answers 200 with a bounded ControlResult — "not_active", "duplicate" … are
+answers, not errors; 404 means only that the run is not yours (or not there).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Annotated, Any
+
+from django.http import HttpRequest
+from ninja import Header, Path, Query, Router, Status
+
+from hermesweb.auth import get_visible
+from hermesweb.errors import ApiError
+from intents.models import PendingIntent
+from projects.models import Session
+from runs import controls, journal
+from runs import services as run_services
+from runs.models import JournalEvent, Run
+from runs.schemas import (
+    ApprovalIn,
+    ClarifyIn,
+    ControlResultOut,
+    EventsPage,
+    GoalIn,
+    MessageIn,
+    RunStatusOut,
+    SubmitOut,
+    TranscriptOut,
+    TurnOut,
+)
+
+router = Router()
+
+# Ids the agent chose (approval, clarify): any text but NUL, which PostgreSQL cannot store.
+AgentId = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
+
+
+def submit_refused(exc: run_services.SubmitRefused) -> ApiError:
+    # The message itself is wrong (422) versus the session's state forbids it (409).
+    status = 422 if exc.code in ("invalid_mode", "empty_message") else 409
+    return ApiError(status, exc.code, exc.message)
+
+
+def invalid_control(exc: controls.InvalidControl) -> ApiError:
+    return ApiError(422, exc.code, exc.message)
+
+
+def control_out(result: controls.ControlResult) -> ControlResultOut:
+    return ControlResultOut(
+        accepted=result.accepted, status=result.status, event_id=result.event_id, message=result.message
+    )
+
+
+# ---------------------------------------------------------------- messages and transcript
+
+
+@router.post("/sessions/{id}/messages", response={202: SubmitOut}, tags=["sessions"])
+def submit_message(request: HttpRequest, id: int, payload: MessageIn) -> Status[SubmitOut]:
+    """Send a message: a new turn when the session is idle, else a queued or steering intent.
+
+    The same `client_id` again returns the first answer with `duplicate: true`.
+    409 `session_archived` for an archived session.
+    """
+    session = get_visible(Session.objects, request.auth, id, "session")
+    try:
+        result = run_services.do_submit_message(
+            session,
+            client_id=payload.client_id,
+            text=payload.text,
+            mode=payload.mode,
+            attachments=payload.attachments,
+        )
+    except run_services.SubmitRefused as exc:
+        raise submit_refused(exc) from None
+    return Status(202, SubmitOut.from_result(result))
+
+
+@router.get("/sessions/{id}/transcript", response=TranscriptOut, tags=["sessions"])
+def transcript(request: HttpRequest, id: int) -> TranscriptOut:
+    """Every turn of the session, oldest first, with its events materialized, plus the open intents."""
+    session = get_visible(Session.objects, request.auth, id, "session")
+    runs = list(Run.objects.filter(session=session).order_by("created_at", "id"))
+    events: dict[int, list[JournalEvent]] = defaultdict(list)
+    for event in JournalEvent.objects.filter(run__session=session).order_by("run_id", "seq"):
+        events[event.run_id].append(event)
+    turns = [
+        TurnOut(
+            run_id=run.pk,
+            client_id=run.client_id,
+            status=run.status,
+            source=run.source,
+            source_meta=run.source_meta,
+            prompt_text=run.prompt_text,
+            attachments=run.attachments,
+            last_seq=run.last_seq,
+            error=run.error or None,
+            usage=run.usage,
+            created_at=run.created_at,
+            started_at=run.started_at,
+            finished_at=run.finished_at,
+            state=journal.materialize(events[run.pk]),
+        )
+        for run in runs
+    ]
+    intents = PendingIntent.objects.filter(session=session).open().order_by("position", "id")
+    active = next((run.pk for run in runs if run.is_active), None)
+    return TranscriptOut(
+        session_id=session.pk,
+        title=session.title,
+        status=session.status,
+        active_run_id=active,
+        turns=turns,
+        intents=list(intents),
+    )
+
+
+# ---------------------------------------------------------------- runs and their journal
+
+
+@router.get("/runs/{id}", response=RunStatusOut, tags=["runs"])
+def run_status(request: HttpRequest, id: int) -> dict[str, Any]:
+    """Reconnect metadata: status, cursor, terminal state, available controls, open requests."""
+    run = get_visible(Run.objects, request.auth, id, "run")
+    return controls.run_status(run)
+
+
+def _cursor_from_header(run: Run, last_event_id: str | None) -> int:
+    """`Last-Event-ID: <run_id>:<seq>` as an SSE client would resend it; 0 when absent or another run's."""
+    if not last_event_id:
+        return 0
+    run_part, _, seq_part = last_event_id.partition(":")
+    if run_part != str(run.pk) or not seq_part.isdecimal() or len(seq_part) > 18:
+        return 0
+    return int(seq_part)
+
+
+@router.get("/runs/{id}/events", response=EventsPage, tags=["runs"])
+def run_events(
+    request: HttpRequest,
+    id: int,
+    after_seq: Annotated[int | None, Query(ge=0, description="Return events with seq > after_seq.")] = None,
+    limit: Annotated[int | None, Query(ge=1, description="Page size; capped by the server.")] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=60)] = None,
+) -> EventsPage:
+    """A page of the run's journal after a cursor (`after_seq`, else `Last-Event-ID`, else 0).
+
+    409 `cursor_ahead` for a cursor the run never reached; 410 `cursor_expired`
+    when those events were compacted away — reload the transcript then.
+    """
+    run = get_visible(Run.objects, request.auth, id, "run")
+    cursor = after_seq if after_seq is not None else _cursor_from_header(run, last_event_id)
+    try:
+        events = journal.read_after(run, cursor, limit)
+    except journal.CursorAhead as exc:
+        raise ApiError(409, "cursor_ahead", str(exc), {"last_seq": run.last_seq}) from None
+    except journal.CursorExpired as exc:
+        raise ApiError(410, "cursor_expired", str(exc), {"compacted_through": run.compacted_through}) from None
+    # Events appended after `run` was read may be in the page: the page, not the stale row, is the floor.
+    last_seq = max(run.last_seq, events[-1].seq if events else 0)
+    terminal = run.is_terminal or bool(events and events[-1].terminal)
+    return EventsPage(
+        run_id=run.pk,
+        events=journal.envelopes(events, run.session_id),
+        last_seq=last_seq,
+        terminal=terminal,
+        has_more=bool(events) and events[-1].seq < last_seq,
+    )
+
+
+# ---------------------------------------------------------------- controls
+
+
+@router.post("/runs/{id}/cancel", response=ControlResultOut, tags=["controls"])
+def cancel_run(request: HttpRequest, id: int) -> ControlResultOut:
+    """Ask for a graceful cancel; one terminal `done` event follows."""
+    run = get_visible(Run.objects, request.auth, id, "run")
+    try:
+        return control_out(controls.do_cancel(run))
+    except controls.InvalidControl as exc:
+        raise invalid_control(exc) from None
+
+
+@router.post("/runs/{id}/approvals/{approval_id}", response=ControlResultOut, tags=["controls"])
+def respond_approval(request: HttpRequest, id: int, approval_id: AgentId, payload: ApprovalIn) -> ControlResultOut:
+    """Answer a permission request with one of its options. 422 `invalid_option` for another option."""
+    run = get_visible(Run.objects, request.auth, id, "run")
+    try:
+        return control_out(controls.do_respond_approval(run, approval_id, payload.option_id))
+    except controls.InvalidControl as exc:
+        raise invalid_control(exc) from None
+
+
+@router.post("/runs/{id}/clarifications/{clarify_id}", response=ControlResultOut, tags=["controls"])
+def respond_clarify(request: HttpRequest, id: int, clarify_id: AgentId, payload: ClarifyIn) -> ControlResultOut:
+    """Answer a clarify question: a string, or an object of field → value."""
+    run = get_visible(Run.objects, request.auth, id, "run")
+    try:
+        return control_out(controls.do_respond_clarify(run, clarify_id, payload.answer))
+    except controls.InvalidControl as exc:
+        raise invalid_control(exc) from None
+
+
+@router.post("/sessions/{id}/goal", response=ControlResultOut, tags=["controls"])
+def session_goal(request: HttpRequest, id: int, payload: GoalIn) -> ControlResultOut:
+    """Goal control (set/pause/resume/clear/status/edit) where the agent offers goals."""
+    session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
+    try:
+        return control_out(controls.do_goal(session, payload.action, payload.text))
+    except controls.InvalidControl as exc:
+        raise invalid_control(exc) from None

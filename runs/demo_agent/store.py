@@ -1,0 +1,117 @@
+"""JSON-file persistence for demo-agent sessions.
+
+One file per session under ``<home>/sessions/``. History entries are the exact
+``session/update`` payloads (camelCase JSON) that were sent live, so ``session/load``
+can replay them verbatim in a later process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+# Session ids become file names; anything outside this alphabet could escape the directory.
+_SESSION_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+
+HOME_ENV = "HERMESWEB_DEMO_AGENT_HOME"
+DEFAULT_HOME = "~/.hermesweb-demo-agent"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def resolve_home(cli_home: str | None) -> Path:
+    raw = cli_home or os.environ.get(HOME_ENV) or DEFAULT_HOME
+    return Path(raw).expanduser().resolve()
+
+
+@dataclass
+class StoredSession:
+    session_id: str
+    cwd: str
+    created_at: str
+    updated_at: str
+    title: str | None = None
+    turns: int = 0
+    # Cumulative tokens of all turns; drives the usage_update context gauge.
+    context_tokens: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def append(self, update: dict[str, Any]) -> None:
+        """Append one serialized update, merging consecutive chunks of the same message.
+
+        Merging keeps files small (the live stream is a few words per chunk) while the
+        replay still yields one chunk per message with the same ``messageId``.
+        """
+        kind = update.get("sessionUpdate")
+        if kind in {"user_message_chunk", "agent_message_chunk", "agent_thought_chunk"} and self.history:
+            last = self.history[-1]
+            same_message = (
+                last.get("sessionUpdate") == kind
+                and last.get("messageId") is not None
+                and last.get("messageId") == update.get("messageId")
+            )
+            both_text = (
+                last.get("content", {}).get("type") == "text"
+                and update.get("content", {}).get("type") == "text"
+            )
+            if same_message and both_text:
+                last["content"]["text"] += update["content"]["text"]
+                return
+        self.history.append(json.loads(json.dumps(update)))
+
+
+class SessionStore:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.sessions_dir = home / "sessions"
+
+    def _path(self, session_id: str) -> Path | None:
+        if not _SESSION_ID_RE.match(session_id):
+            return None
+        return self.sessions_dir / f"{session_id}.json"
+
+    def save(self, session: StoredSession) -> None:
+        path = self._path(session.session_id)
+        if path is None:
+            raise ValueError(f"invalid session id {session.session_id!r}")
+        self.sessions_dir.mkdir(parents=True, exist_ok=True)
+        # Write-then-rename so a crash mid-write never leaves a truncated file behind.
+        fd, tmp = tempfile.mkstemp(dir=self.sessions_dir, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(asdict(session), fh, ensure_ascii=False)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def load(self, session_id: str) -> StoredSession | None:
+        path = self._path(session_id)
+        if path is None or not path.is_file():
+            return None
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return StoredSession(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def all(self) -> list[StoredSession]:
+        if not self.sessions_dir.is_dir():
+            return []
+        sessions = []
+        for path in self.sessions_dir.glob("*.json"):
+            if path.name.startswith("."):
+                continue
+            session = self.load(path.stem)
+            if session is not None:
+                sessions.append(session)
+        sessions.sort(key=lambda s: (s.updated_at, s.session_id), reverse=True)
+        return sessions

@@ -1,0 +1,615 @@
+"""One run executing on an agent: prompt, stream, controls, terminal event.
+
+Design note: docs/runner.md. The execution is the only writer of its run's
+journal while it holds the lease. Permission requests and elicitations are
+futures held here while the ACP request is open; the browser answers them
+through durable Control rows that the runner hands to `apply_control`.
+Nothing is ever granted on the user's behalf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import acp
+from acp import schema
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from intents.models import IntentKind, IntentState, PendingIntent
+from projects.models import Session
+from runs import journal, notify
+from runs.agents import AgentDied, AgentProcess
+from runs.journal import AlreadyTerminal, NewEvent, done_event
+from runs.models import Control, ControlKind, ControlState, EventType, Run, RunStatus
+from runs.translate import Translator, as_dict, per_turn_usage
+from runs.writer import JournalWriter
+
+if TYPE_CHECKING:
+    from runs.runner import RunnerProcess
+
+log = logging.getLogger(__name__)
+
+# After session/cancel, how long the agent gets to end the turn before we
+# stop waiting, retire its process and record the cancel ourselves.
+CANCEL_GRACE_SECONDS = 10.0
+# Acknowledgements agents print for a `/steer` prompt; they belong to the steer, not the turn.
+STEER_ACKS = ("Steer queued",)
+CANCEL_TIMEOUT = "cancel not acknowledged"
+
+
+class RunAborted(Exception):
+    """The lease was lost (another runner reaped the run) or the runner is stopping."""
+
+
+class RunExecution:
+    def __init__(self, runner: RunnerProcess, run_id: int) -> None:
+        self.runner = runner
+        self.run_id = run_id
+        self.writer = JournalWriter(run_id)
+        self.translator = Translator()
+        self.process: AgentProcess | None = None
+        self.agent_session_id = ""
+        self.ctx: dict[str, Any] = {}
+        self.approvals: dict[str, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
+        self.clarifications: dict[str, asyncio.Future[Any]] = {}
+        self.cancel_requested = asyncio.Event()
+        self.aborted = asyncio.Event()
+        self.abort_reason = ""
+        self.steers_in_flight = 0
+        self.applying: set[int] = set()
+        self._bg: set[asyncio.Task[Any]] = set()
+
+    # ------------------------------------------------------------------ main
+
+    async def execute(self) -> None:
+        try:
+            await self._execute()
+        except (AlreadyTerminal, RunAborted) as exc:
+            # Whoever took the run (a reaper, our own shutdown) wrote its terminal event.
+            log.warning("run %s stopped executing here: %r", self.run_id, exc)
+        except Exception:
+            log.exception("run %s crashed in the runner", self.run_id)
+            await self._finish_safely(
+                [
+                    NewEvent(
+                        EventType.ERROR,
+                        {"code": "runner_error", "message": "The runner hit an internal error."},
+                    ),
+                    done_event(RunStatus.FAILED, reason="runner error"),
+                ],
+                error="runner internal error",
+            )
+        finally:
+            for task in list(self._bg):
+                task.cancel()
+            if self.process is not None:
+                self.process.sinks.pop(self.agent_session_id, None)
+                await self.runner.pool.release(self.process)
+
+    async def _execute(self) -> None:
+        self.ctx = await sync_to_async(_load_context)(self.run_id)
+        spec = settings.HERMESWEB_AGENTS.get(self.ctx["agent"])
+        await self.writer.flush(
+            [
+                NewEvent(
+                    EventType.RUN_STARTED,
+                    {
+                        "status": RunStatus.RUNNING,
+                        "session_id": self.ctx["session_id"],
+                        "agent": self.ctx["agent"],
+                        "project": self.ctx["project_name"],
+                        "workspace": self.ctx["cwd"],
+                        "model": self.ctx["model"] or None,
+                        "mode": self.ctx["mode"] or None,
+                        "runner": self.runner.runner_id,
+                        "source": self.ctx["source"],
+                    },
+                )
+            ]
+        )
+        if spec is None:
+            await self._fail(
+                "agent_unknown", f"Agent {self.ctx['agent']!r} is not configured on this runner."
+            )
+            return
+        try:
+            self.process = await self.runner.pool.acquire(spec, self.ctx["project_id"], self.ctx["cwd"])
+            await self._open_session()
+        except AgentDied as exc:
+            await self._fail("agent_start_failed", str(exc))
+            return
+        except acp.RequestError as exc:
+            await self._fail("agent_session_failed", f"The agent refused to open the session: {exc}")
+            return
+        if self.cancel_requested.is_set():
+            await self._finish_cancelled("cancelled before the prompt was sent")
+            return
+        await self._prompt()
+
+    async def _open_session(self) -> None:
+        assert self.process is not None
+        process, sid = self.process, self.ctx["agent_session_id"]
+        if sid and sid in process.loaded:
+            self.agent_session_id = sid
+        elif sid and process.capabilities.get("load_session"):
+            # A runner or agent restart: reopen. The replayed history is dropped (the journal has it).
+            process.loading.add(sid)
+            try:
+                await process.call(
+                    process.conn.load_session(cwd=self.ctx["cwd"], session_id=sid, mcp_servers=[]), 120
+                )
+            finally:
+                process.loading.discard(sid)
+            process.loaded.add(sid)
+            self.agent_session_id = sid
+        else:
+            if sid:
+                self.writer.add(
+                    [
+                        NewEvent(
+                            EventType.PROGRESS,
+                            {"text": "The agent cannot reload sessions; starting a new one."},
+                        )
+                    ]
+                )
+            response = await process.call(process.conn.new_session(cwd=self.ctx["cwd"], mcp_servers=[]), 120)
+            self.agent_session_id = response.session_id
+            process.loaded.add(self.agent_session_id)
+            await sync_to_async(_store_agent_session)(self.ctx["session_id"], self.agent_session_id)
+        process.sinks[self.agent_session_id] = self
+        if self.agent_session_id in process.commands:
+            self.on_update(process.commands[self.agent_session_id])
+
+    async def _prompt(self) -> None:
+        assert self.process is not None
+        process = self.process
+        prompt = process.conn.prompt(
+            session_id=self.agent_session_id, prompt=[acp.text_block(self.ctx["prompt_text"])]
+        )
+        task = asyncio.ensure_future(process.call(prompt))
+        aborted = asyncio.ensure_future(self.aborted.wait())
+        try:
+            done, _ = await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done:
+                task.cancel()
+                await self._abort_agent()
+                if self.abort_reason == CANCEL_TIMEOUT:
+                    await self._finish_cancelled("the agent did not acknowledge the cancel in time")
+                    return
+                raise RunAborted(self.abort_reason)
+            response = task.result()
+        except AgentDied as exc:
+            if self.cancel_requested.is_set():
+                await self._finish_cancelled("the agent exited while cancelling")
+            else:
+                await self._fail("agent_died", f"The agent process died during the turn: {exc}")
+            return
+        except acp.RequestError as exc:
+            # Hermes jams a session after a cancel during a tool call (-32603): retire
+            # the process so the session's next turn reloads it in a fresh one.
+            process.poisoned = f"prompt failed: {exc}"
+            if self.cancel_requested.is_set():
+                await self._finish_cancelled("the agent failed the turn while cancelling")
+            else:
+                await self._fail("agent_error", f"The agent failed the turn: {exc}")
+            return
+        except TimeoutError:
+            process.poisoned = "cancel not acknowledged"
+            await self._finish_cancelled("the agent did not acknowledge the cancel in time")
+            return
+        finally:
+            aborted.cancel()
+        await self._complete(response)
+
+    async def _complete(self, response: Any) -> None:
+        data = response.model_dump(by_alias=True, exclude_none=True, mode="json")
+        stop_reason = data.get("stopReason", "end_turn")
+        usage = per_turn_usage(
+            data.get("usage"), self.ctx.get("previous_usage_total"), self.ctx["cumulative_usage"]
+        )
+        usage_record = {**usage, "context": self.translator.usage}
+        if self.ctx["cumulative_usage"] and data.get("usage"):
+            usage_record["session_total"] = data["usage"]
+        state = (
+            RunStatus.CANCELLED
+            if stop_reason == "cancelled" or self.cancel_requested.is_set()
+            else RunStatus.COMPLETED
+        )
+        final = [
+            *self.translator.finish(),
+            *self._resolve_open_requests("turn ended"),
+            NewEvent(EventType.USAGE_FINAL, {**usage, "context": self.translator.usage}),
+            done_event(state, stop_reason=stop_reason, usage=usage),
+        ]
+        await self._finish_safely(final, stop_reason=stop_reason, usage=usage_record)
+
+    # ------------------------------------------------------------- endings
+
+    async def _finish_safely(self, final: list[NewEvent], **updates: Any) -> None:
+        try:
+            await self.writer.finish(final, **updates)
+        except AlreadyTerminal:
+            log.info("run %s already had its terminal event", self.run_id)
+        await self._after_finish()
+
+    async def _after_finish(self) -> None:
+        if self.translator.title or self.translator.commands is not None:
+            await sync_to_async(_store_session_meta)(
+                self.ctx["session_id"], self.translator.title, self.translator.commands
+            )
+        self.runner.wake()
+
+    async def _fail(self, code: str, message: str) -> None:
+        final = [
+            *self.translator.finish(),
+            *self._resolve_open_requests("run failed"),
+            NewEvent(EventType.ERROR, {"code": code, "message": message, "terminal": True}),
+            done_event(RunStatus.FAILED, reason=message, code=code),
+        ]
+        await self._finish_safely(final, error=message)
+
+    async def _finish_cancelled(self, reason: str) -> None:
+        final = [
+            *self.translator.finish(),
+            *self._resolve_open_requests("cancelled"),
+            done_event(RunStatus.CANCELLED, stop_reason="cancelled", reason=reason),
+        ]
+        await self._finish_safely(final, stop_reason="cancelled")
+
+    async def _abort_agent(self) -> None:
+        """Stop the agent's turn without writing: the run is no longer ours to journal."""
+        for future, _ in self.approvals.values():
+            if not future.done():
+                future.set_result(_denied())
+        for future in self.clarifications.values():
+            if not future.done():
+                future.set_result(schema.CancelElicitationResponse(action="cancel"))
+        if self.process is not None and self.process.alive and self.agent_session_id:
+            try:
+                await self.process.call(self.process.conn.cancel(session_id=self.agent_session_id), 5)
+            except Exception:
+                self.process.poisoned = "aborted mid-turn"
+
+    def abort(self, reason: str) -> None:
+        self.abort_reason = reason
+        self.aborted.set()
+
+    def _resolve_open_requests(self, why: str) -> list[NewEvent]:
+        """Answer what the agent still waits on as cancelled; journal each resolution."""
+        events = []
+        for approval_id, (future, _) in list(self.approvals.items()):
+            if not future.done():
+                future.set_result(_denied())
+                events.append(
+                    NewEvent(
+                        EventType.APPROVAL_RESOLVED,
+                        {"approval_id": approval_id, "outcome": "cancelled", "reason": why},
+                    )
+                )
+        for clarify_id, future in list(self.clarifications.items()):
+            if not future.done():
+                future.set_result(schema.CancelElicitationResponse(action="cancel"))
+                events.append(
+                    NewEvent(
+                        EventType.CLARIFY_RESOLVED,
+                        {"clarify_id": clarify_id, "outcome": "cancelled", "reason": why},
+                    )
+                )
+        self.approvals.clear()
+        self.clarifications.clear()
+        return events
+
+    # ------------------------------------------------------ agent callbacks
+
+    def on_update(self, update: Any) -> None:
+        if self.steers_in_flight and _is_steer_ack(update):
+            return
+        events = self.translator.translate(update)
+        if events:
+            self.writer.add(events)
+        if (
+            self.translator.commands is not None
+            and as_dict(update).get("sessionUpdate") == "available_commands_update"
+        ):
+            self._spawn(
+                sync_to_async(_store_session_meta)(self.ctx["session_id"], None, self.translator.commands)
+            )
+
+    async def on_permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse:
+        if self.cancel_requested.is_set():
+            return _denied()
+        approval_id = f"ap-{uuid.uuid4().hex[:12]}"
+        call = as_dict(tool_call)
+        payload = {
+            "approval_id": approval_id,
+            "tool_call_id": call.get("toolCallId"),
+            "title": call.get("title") or "Permission requested",
+            "tool_kind": call.get("kind"),
+            "arguments": call.get("rawInput"),
+            "content": self.translator._tool_payload(call).get("content", []),
+            "options": [{"option_id": o.option_id, "name": o.name, "kind": o.kind} for o in options],
+        }
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.approvals[approval_id] = (future, payload)
+        await self.writer.flush(
+            [
+                NewEvent(EventType.APPROVAL_REQUESTED, payload),
+                NewEvent(EventType.STATUS, {"status": RunStatus.AWAITING_APPROVAL}),
+            ],
+            status=RunStatus.AWAITING_APPROVAL,
+        )
+        self.runner.poke_controls()
+        return await future
+
+    async def on_elicitation(self, message: str, mode: Any) -> Any:
+        if self.cancel_requested.is_set():
+            return schema.CancelElicitationResponse(action="cancel")
+        clarify_id = f"cl-{uuid.uuid4().hex[:12]}"
+        requested = getattr(mode, "requested_schema", None)
+        schema_dict = requested.model_dump(by_alias=True, exclude_none=True, mode="json") if requested else {}
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.clarifications[clarify_id] = future
+        await self.writer.flush(
+            [
+                NewEvent(
+                    EventType.CLARIFY_REQUESTED,
+                    {
+                        "clarify_id": clarify_id,
+                        "question": message,
+                        "schema": schema_dict,
+                        "input_mode": "form" if schema_dict else "text",
+                    },
+                ),
+                NewEvent(EventType.STATUS, {"status": RunStatus.AWAITING_CLARIFY}),
+            ],
+            status=RunStatus.AWAITING_CLARIFY,
+        )
+        self.runner.poke_controls()
+        return await future
+
+    # ------------------------------------------------------------ controls
+
+    async def apply_control(self, control: Control) -> None:
+        if control.pk in self.applying:
+            return
+        self.applying.add(control.pk)
+        try:
+            handler: Callable[[Control], Any] = {
+                ControlKind.CANCEL: self._apply_cancel,
+                ControlKind.APPROVAL: self._apply_approval,
+                ControlKind.CLARIFY: self._apply_clarify,
+                ControlKind.STEER: self._apply_steer,
+            }.get(control.kind, self._apply_unsupported)
+            await handler(control)
+        except AlreadyTerminal:
+            await sync_to_async(_mark_control)(control.pk, "expired", "The run already ended.")
+
+    async def _apply_unsupported(self, control: Control) -> None:
+        await sync_to_async(_mark_control)(
+            control.pk, "unsupported", f"{control.kind} is not supported by this runner."
+        )
+
+    async def _apply_cancel(self, control: Control) -> None:
+        if self.cancel_requested.is_set():
+            await sync_to_async(_mark_control)(control.pk, "duplicate", "Cancel already in progress.")
+            return
+        self.cancel_requested.set()
+        resolved = self._resolve_open_requests("cancelled")
+        await self.writer.flush(
+            [*resolved, NewEvent(EventType.STATUS, {"status": RunStatus.CANCELLING})],
+            also=lambda: _mark_control(control.pk, "accepted", "Cancel sent to the agent."),
+        )
+        if self.process is not None and self.agent_session_id and self.process.alive:
+            with contextlib.suppress(AgentDied, TimeoutError, acp.RequestError):
+                await self.process.call(self.process.conn.cancel(session_id=self.agent_session_id), 5)
+            self._spawn(self._cancel_deadline())
+
+    async def _cancel_deadline(self) -> None:
+        await asyncio.sleep(CANCEL_GRACE_SECONDS)
+        if self.process is not None:
+            self.process.poisoned = "cancel not acknowledged"
+        self.abort(CANCEL_TIMEOUT)
+
+    async def _apply_approval(self, control: Control) -> None:
+        entry = self.approvals.get(control.target_id)
+        if entry is None or entry[0].done():
+            await sync_to_async(_mark_control)(
+                control.pk, "expired", "The approval request is no longer open."
+            )
+            return
+        future, _ = entry
+        option_id = control.payload["option_id"]
+        # Persist, then answer the agent.
+        await self.writer.flush(
+            [
+                NewEvent(
+                    EventType.APPROVAL_RESOLVED,
+                    {"approval_id": control.target_id, "option_id": option_id, "outcome": "selected"},
+                ),
+                *self._status_after_answer(exclude_approval=control.target_id),
+            ],
+            also=lambda: _mark_control(control.pk, "accepted", "Answer delivered."),
+            **self._status_updates(exclude_approval=control.target_id),
+        )
+        del self.approvals[control.target_id]
+        future.set_result(
+            schema.RequestPermissionResponse(
+                outcome=schema.AllowedOutcome(outcome="selected", option_id=option_id)
+            )
+        )
+
+    async def _apply_clarify(self, control: Control) -> None:
+        future = self.clarifications.get(control.target_id)
+        if future is None or future.done():
+            await sync_to_async(_mark_control)(control.pk, "expired", "The question is no longer open.")
+            return
+        content = control.payload.get("content") or {}
+        await self.writer.flush(
+            [
+                NewEvent(
+                    EventType.CLARIFY_RESOLVED,
+                    {"clarify_id": control.target_id, "answer": content, "outcome": "accepted"},
+                ),
+                *self._status_after_answer(exclude_clarify=control.target_id),
+            ],
+            also=lambda: _mark_control(control.pk, "accepted", "Answer delivered."),
+            **self._status_updates(exclude_clarify=control.target_id),
+        )
+        del self.clarifications[control.target_id]
+        future.set_result(schema.AcceptElicitationResponse(action="accept", content=content))
+
+    def _next_status(self, exclude_approval: str = "", exclude_clarify: str = "") -> str:
+        if any(k != exclude_approval for k in self.approvals):
+            return RunStatus.AWAITING_APPROVAL
+        if any(k != exclude_clarify for k in self.clarifications):
+            return RunStatus.AWAITING_CLARIFY
+        return RunStatus.RUNNING
+
+    def _status_after_answer(self, **exclude: str) -> list[NewEvent]:
+        return [NewEvent(EventType.STATUS, {"status": self._next_status(**exclude)})]
+
+    def _status_updates(self, **exclude: str) -> dict[str, Any]:
+        return {"status": self._next_status(**exclude)}
+
+    async def _apply_steer(self, control: Control) -> None:
+        text = control.payload.get("text", "")
+        intent_id = int(control.target_id)
+        steer = (self.process.capabilities.get("steer") if self.process else None) or False
+        if not steer or self.process is None or not self.agent_session_id:
+            await sync_to_async(_steer_failed)(
+                control.pk, intent_id, "The agent cannot take steer guidance right now."
+            )
+            return
+        if self.cancel_requested.is_set():
+            await sync_to_async(_steer_failed)(control.pk, intent_id, "The run is being cancelled.")
+            return
+        self.steers_in_flight += 1
+        try:
+            prompt = self.process.conn.prompt(
+                session_id=self.agent_session_id, prompt=[acp.text_block(f"/steer {text}")]
+            )
+            await self.process.call(prompt, 30)
+        except (AgentDied, TimeoutError, acp.RequestError) as exc:
+            await sync_to_async(_steer_failed)(control.pk, intent_id, f"The agent refused the steer: {exc}")
+            return
+        finally:
+            self.steers_in_flight -= 1
+        await self.writer.flush(
+            [
+                NewEvent(
+                    EventType.STEER_DELIVERED, {"intent_id": intent_id, "text": text, "state": "delivered"}
+                )
+            ],
+            also=lambda: _steer_delivered(control.pk, intent_id),
+        )
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+
+def _denied() -> schema.RequestPermissionResponse:
+    return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
+
+
+def _is_steer_ack(update: Any) -> bool:
+    data = as_dict(update)
+    if data.get("sessionUpdate") != "agent_message_chunk":
+        return False
+    text = (data.get("content") or {}).get("text", "")
+    return text.strip().startswith(STEER_ACKS)
+
+
+# ------------------------------------------------------------- sync helpers
+
+
+def _load_context(run_id: int) -> dict[str, Any]:
+    run = Run.objects.select_related("session__project").get(pk=run_id)
+    session, project = run.session, run.session.project
+    spec = settings.HERMESWEB_AGENTS.get(project.agent)
+    previous = (
+        Run.objects.filter(session=session, finished_at__isnull=False)
+        .exclude(pk=run.pk)
+        .order_by("-finished_at")
+        .first()
+    )
+    return {
+        "run_id": run.pk,
+        "session_id": session.pk,
+        "agent_session_id": session.agent_session_id,
+        "project_id": project.pk,
+        "project_name": project.name,
+        "cwd": project.path,
+        "agent": project.agent,
+        "model": session.model,
+        "mode": session.mode,
+        "prompt_text": run.prompt_text,
+        "source": run.source,
+        "cumulative_usage": bool(spec and spec.cumulative_usage),
+        "previous_usage_total": (previous.usage or {}).get("session_total") if previous else None,
+    }
+
+
+def _store_agent_session(session_id: int, agent_session_id: str) -> None:
+    Session.objects.filter(pk=session_id).update(agent_session_id=agent_session_id, updated_at=timezone.now())
+    notify.publish_session_changed(session_id)
+
+
+def _store_session_meta(session_id: int, title: str | None, commands: list[dict[str, Any]] | None) -> None:
+    fields: dict[str, Any] = {}
+    if commands is not None:
+        fields["commands"] = commands
+    if title:
+        # The agent's title names a session the user has not named.
+        Session.objects.filter(pk=session_id, title="").update(title=title)
+    if fields:
+        Session.objects.filter(pk=session_id).update(**fields)
+    notify.publish_session_changed(session_id)
+
+
+def _mark_control(control_id: int, result: str, message: str) -> None:
+    state = ControlState.APPLIED if result == "accepted" else ControlState.REJECTED
+    Control.objects.filter(pk=control_id).update(
+        state=state, result=result, message=message, applied_at=timezone.now()
+    )
+
+
+def _steer_delivered(control_id: int, intent_id: int) -> None:
+    _mark_control(control_id, "accepted", "Steer delivered to the agent.")
+    intent = PendingIntent.objects.get(pk=intent_id)
+    PendingIntent.objects.filter(pk=intent_id).update(
+        state=IntentState.DELIVERED, version=intent.version + 1, updated_at=timezone.now()
+    )
+    session_id = intent.session_id
+    transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+
+
+def _steer_failed(control_id: int, intent_id: int, reason: str) -> None:
+    """A failed steer falls back to the queue, its text kept and the reason shown."""
+    from runs.services import lock_session
+
+    with transaction.atomic():
+        intent = PendingIntent.objects.get(pk=intent_id)
+        lock_session(intent.session_id)
+        _mark_control(control_id, "conflict", reason)
+        intent.refresh_from_db()
+        if intent.state == IntentState.WAITING and intent.kind == IntentKind.STEER:
+            intent.kind = IntentKind.QUEUE
+            intent.reason = f"{reason} It stays queued for the next turn."
+            intent.source_meta = {**intent.source_meta, "steer_failed": reason}
+            intent.version += 1
+            intent.save()
+        session_id = intent.session_id
+        transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+
+
+__all__ = ["RunAborted", "RunExecution", "journal"]

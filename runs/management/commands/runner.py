@@ -1,0 +1,24 @@
+"""`python manage.py runner`: execute queued runs outside the web process."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from runs.runner import RunnerProcess
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the workbench's runner: claims queued runs, supervises agent processes (ACP over stdio), "
+        "journals their events and applies controls. Several runners may run at once. SIGTERM stops "
+        "claiming, lets running turns finish (HERMESWEB_SHUTDOWN_GRACE_SECONDS), interrupts the rest."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--id", dest="runner_id", help="Runner id (default: host-pid-random).")
+
+    def handle(self, *args: Any, runner_id: str | None = None, **options: Any) -> None:
+        asyncio.run(RunnerProcess(runner_id).run())

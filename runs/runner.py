@@ -1,0 +1,212 @@
+"""The runner process: claims queued runs and executes them on agents.
+
+Design note: docs/runner.md. Loops, all on one asyncio event loop:
+- claim: take queued runs (SKIP LOCKED on PostgreSQL) while below capacity;
+- leases: heartbeat, renew our leases, drop runs someone else reaped;
+- reaper: interrupt runs whose runner vanished (never re-prompt them);
+- controls: apply pending Control rows of the runs we hold;
+- idle: stop agent processes nobody used for a while.
+The channel layer only shortens the waits (a doorbell); every loop also
+polls the database, so a lost notification costs latency, never correctness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import uuid
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from runs import leases
+from runs.agents import AgentPool, AgentProcess
+from runs.execution import RunExecution
+from runs.models import Control, Run
+from runs.notify import RUNNERS_GROUP
+from runs.services import do_mark_interrupted
+from runs.translate import Translator
+
+log = logging.getLogger(__name__)
+
+
+class RunnerProcess:
+    def __init__(self, runner_id: str | None = None) -> None:
+        self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.pool = AgentPool()
+        self.pool.on_started = self._agent_started
+        self.pool.on_orphan_update = self._orphan_update
+        self.executions: dict[int, RunExecution] = {}
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.capabilities: dict[str, Any] = {}
+        self.stopping = asyncio.Event()
+        self._wake = asyncio.Event()
+        self._controls_wake = asyncio.Event()
+        self._background: set[asyncio.Task[Any]] = set()
+        self.poll = settings.HERMESWEB_RUNNER_POLL_SECONDS
+        self.lease = settings.HERMESWEB_LEASE_SECONDS
+
+    def wake(self) -> None:
+        self._wake.set()
+        self._controls_wake.set()
+
+    def poke_controls(self) -> None:
+        self._controls_wake.set()
+
+    async def run(self) -> None:
+        await sync_to_async(leases.register_runner)(self.runner_id)
+        log.info("runner %s started (pid %s)", self.runner_id, os.getpid())
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.stopping.set)
+        await self._reap()
+        loops = [
+            asyncio.ensure_future(self._claim_loop()),
+            asyncio.ensure_future(self._lease_loop()),
+            asyncio.ensure_future(self._control_loop()),
+            asyncio.ensure_future(self._doorbell_loop()),
+        ]
+        await self.stopping.wait()
+        log.info("runner %s stopping: no new claims; %d turn(s) finishing", self.runner_id, len(self.tasks))
+        loops[0].cancel()
+        await self._drain(settings.HERMESWEB_SHUTDOWN_GRACE_SECONDS)
+        for task in loops:
+            task.cancel()
+        await self.pool.close_all()
+        await sync_to_async(leases.mark_stopped)(self.runner_id)
+        log.info("runner %s stopped", self.runner_id)
+
+    async def _drain(self, grace: float) -> None:
+        """Let running turns finish up to `grace` seconds, then interrupt what remains."""
+        if self.tasks:
+            await asyncio.wait(list(self.tasks.values()), timeout=grace)
+        for run_id, execution in list(self.executions.items()):
+            run = await sync_to_async(Run.objects.get)(pk=run_id)
+            await sync_to_async(do_mark_interrupted)(
+                run, f"runner {self.runner_id} shut down before the turn finished", code="runner_shutdown"
+            )
+            execution.abort("runner shutdown")
+        if self.tasks:
+            await asyncio.wait(list(self.tasks.values()), timeout=10)
+
+    # ----------------------------------------------------------------- loops
+
+    async def _claim_loop(self) -> None:
+        while not self.stopping.is_set():
+            claimed = False
+            if len(self.tasks) < settings.HERMESWEB_MAX_RUNS_PER_RUNNER:
+                run_id = await sync_to_async(leases.claim_next)(self.runner_id)
+                if run_id is not None:
+                    self._start(run_id)
+                    claimed = True
+            if not claimed:
+                await self._sleep(self._wake, self.poll)
+
+    def _start(self, run_id: int) -> None:
+        execution = RunExecution(self, run_id)
+        self.executions[run_id] = execution
+        task = asyncio.ensure_future(execution.execute())
+        self.tasks[run_id] = task
+
+        def done(_: asyncio.Task[None]) -> None:
+            self.executions.pop(run_id, None)
+            self.tasks.pop(run_id, None)
+            self._wake.set()
+
+        task.add_done_callback(done)
+
+    async def _lease_loop(self) -> None:
+        interval = max(self.lease / 3, 0.2)
+        while True:
+            try:
+                await sync_to_async(leases.heartbeat)(self.runner_id, self.capabilities)
+                held = list(self.executions)
+                if held:
+                    still = await sync_to_async(leases.renew_leases)(self.runner_id, held)
+                    for run_id in set(held) - still:
+                        execution = self.executions.get(run_id)
+                        if execution is not None and run_id in self.executions:
+                            execution.abort("lease lost")
+                await self._reap()
+                await self.pool.reap_idle(settings.HERMESWEB_AGENT_IDLE_SECONDS)
+            except Exception:
+                log.exception("lease loop iteration failed")
+            await asyncio.sleep(interval)
+
+    async def _reap(self) -> None:
+        reaped = await sync_to_async(leases.reap_stale)(self.runner_id)
+        if reaped:
+            log.warning("interrupted runs left by vanished runners: %s", reaped)
+            self._wake.set()
+
+    async def _control_loop(self) -> None:
+        while True:
+            try:
+                if self.executions:
+                    controls = await sync_to_async(_pending_controls)(list(self.executions))
+                    for control in controls:
+                        execution = self.executions.get(control.run_id)
+                        if execution is not None and control.pk not in execution.applying:
+                            execution._spawn(execution.apply_control(control))
+            except Exception:
+                log.exception("control loop iteration failed")
+            await self._sleep(self._controls_wake, self.poll)
+
+    async def _doorbell_loop(self) -> None:
+        """Wake the loops on channel-layer notifications (only useful across processes with Redis)."""
+        if not settings.REDIS_URL:
+            return
+        layer = get_channel_layer()
+        while True:
+            try:
+                channel = await layer.new_channel()
+                await layer.group_add(RUNNERS_GROUP, channel)
+                while True:
+                    await layer.receive(channel)
+                    self.wake()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("doorbell subscription failed; polling only for a while", exc_info=True)
+                await asyncio.sleep(5)
+
+    @staticmethod
+    async def _sleep(event: asyncio.Event, timeout: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+        event.clear()
+
+    # -------------------------------------------------------- agent hooks
+
+    async def _agent_started(self, process: AgentProcess) -> None:
+        self.capabilities[process.spec.name] = process.capabilities
+        await sync_to_async(leases.heartbeat)(self.runner_id, self.capabilities)
+
+    def _orphan_update(self, process: AgentProcess, session_id: str, update: Any) -> None:
+        """Updates after a turn ended (Hermes sends commands/usage late): keep the commands."""
+        translator = Translator()
+        translator.translate(update)
+        if translator.commands is not None:
+            task = asyncio.ensure_future(sync_to_async(_store_commands)(session_id, translator.commands))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+
+def _pending_controls(run_ids: list[int]) -> list[Control]:
+    return list(Control.objects.pending().filter(run_id__in=run_ids).order_by("created_at", "id"))
+
+
+def _store_commands(agent_session_id: str, commands: list[dict[str, Any]]) -> None:
+    from projects.models import Session
+    from runs import notify
+
+    for session_id in Session.objects.filter(agent_session_id=agent_session_id).values_list("pk", flat=True):
+        Session.objects.filter(pk=session_id).update(commands=commands)
+        notify.publish_session_changed(session_id)

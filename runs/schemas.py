@@ -1,0 +1,140 @@
+"""API shapes for messages, runs, their journal and controls (Artifact 1 of the run adapter RFC)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from ninja import Field, Schema
+from pydantic import StringConstraints
+
+from intents.schemas import IntentOut
+
+ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100)]
+MessageText = Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
+
+
+class MessageIn(Schema):
+    client_id: ClientId = Field(description="Client-generated id; sending it again is a duplicate, never a turn.")
+    text: MessageText
+    mode: Literal["auto", "queue", "steer"] = Field(
+        "auto", description="While a run is active: queue it, steer the run, or the project's default."
+    )
+    attachments: list[dict[str, Any]] | None = Field(None, max_length=100, description="Attachment metadata.")
+
+
+class SubmitOut(Schema):
+    kind: str = Field(description="run | queue | steer (a duplicate of a stop-and-send item: stop_and_send)")
+    run_id: int | None
+    intent_id: int | None
+    status: str
+    duplicate: bool
+
+    @classmethod
+    def from_result(cls, result: Any) -> SubmitOut:
+        """From a runs.services.SubmitResult."""
+        return cls(
+            kind=result.kind,
+            run_id=result.run.pk if result.run else None,
+            intent_id=result.intent.pk if result.intent else None,
+            status=result.status,
+            duplicate=result.duplicate,
+        )
+
+
+class EventOut(Schema):
+    """The event envelope, exactly."""
+
+    event_id: str
+    seq: int
+    run_id: int
+    session_id: int
+    type: str
+    created_at: float
+    terminal: bool
+    payload: dict[str, Any]
+
+
+class EventsPage(Schema):
+    run_id: int
+    events: list[EventOut]
+    last_seq: int
+    terminal: bool
+    has_more: bool
+
+
+class RunStatusOut(Schema):
+    """Reconnect metadata: enough to resume a run's display from a cursor."""
+
+    run_id: int
+    session_id: int
+    status: str
+    source: str
+    last_seq: int
+    last_event_id: str | None
+    terminal: bool
+    terminal_state: str | None
+    stop_reason: str | None
+    controls: list[str] = Field(description="Controls available now, e.g. ['cancel', 'steer'].")
+    pending_approval_ids: list[str]
+    pending_clarify_ids: list[str]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    usage: dict[str, Any]
+
+
+ControlTarget = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class ApprovalIn(Schema):
+    option_id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+
+
+class ClarifyIn(Schema):
+    answer: dict[str, Any] | Annotated[str, StringConstraints(max_length=100_000)] = Field(
+        description="Text, or an object of field → value for a structured question."
+    )
+
+
+class GoalIn(Schema):
+    action: Annotated[str, StringConstraints(min_length=1, max_length=20)] = Field(
+        description="set | pause | resume | clear | status | edit"
+    )
+    text: Annotated[str, StringConstraints(max_length=100_000)] | None = None
+
+
+class ControlResultOut(Schema):
+    accepted: bool
+    status: str = Field(description="accepted | duplicate | not_active | expired | unsupported | conflict")
+    event_id: str | None = None
+    message: str
+
+
+class TurnOut(Schema):
+    """One run as the transcript shows it: the user's prompt and the materialized events."""
+
+    run_id: int
+    client_id: str
+    status: str
+    source: str
+    source_meta: dict[str, Any]
+    prompt_text: str
+    attachments: list[Any]
+    last_seq: int
+    error: str | None
+    usage: dict[str, Any]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    state: dict[str, Any] = Field(description="runs.journal.materialize() of the run's events.")
+
+
+class TranscriptOut(Schema):
+    session_id: int
+    title: str
+    status: str
+    active_run_id: int | None
+    turns: list[TurnOut]
+    intents: list[IntentOut] = Field(description="The session's open intents (waiting or stopping).")

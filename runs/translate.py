@@ -1,0 +1,242 @@
+"""ACP `session/update` → journal events: the one translation table.
+
+Design note: docs/runner.md ("Translation"). One Translator per run. It is a
+pure function of the updates it has seen, so it is unit-tested without an
+agent. Updates arrive as the SDK's pydantic models or as camelCase dicts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from runs.journal import NewEvent
+from runs.models import EventType
+
+# Tool output kept in the journal per update: enough for a card, not a log file.
+MAX_TOOL_TEXT = 64 * 1024
+
+
+def as_dict(update: Any) -> dict[str, Any]:
+    if isinstance(update, dict):
+        return update
+    return update.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, dict):
+        if content.get("type") == "text":
+            return content.get("text", "")
+        if content.get("type") == "resource_link":
+            return content.get("uri", "")
+        return ""
+    if isinstance(content, list):
+        return "".join(_text_of(c) for c in content)
+    return ""
+
+
+def _tool_content(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Keep text, diffs and terminal refs; truncate long text so one tool cannot flood the journal."""
+    out: list[dict[str, Any]] = []
+    for item in items or []:
+        kind = item.get("type")
+        if kind == "content":
+            text = _text_of(item.get("content"))
+            if len(text) > MAX_TOOL_TEXT:
+                text = text[:MAX_TOOL_TEXT] + f"\n… [{len(text) - MAX_TOOL_TEXT} characters truncated]"
+            out.append({"type": "text", "text": text})
+        elif kind == "diff":
+            out.append(
+                {
+                    "type": "diff",
+                    "path": item.get("path"),
+                    "old_text": item.get("oldText"),
+                    "new_text": item.get("newText"),
+                }
+            )
+        elif kind == "terminal":
+            out.append({"type": "terminal", "terminal_id": item.get("terminalId")})
+    return out
+
+
+_TOOL_FIELDS = (
+    ("title", "title"),
+    ("kind", "tool_kind"),
+    ("status", "status"),
+    ("rawInput", "arguments"),
+    ("rawOutput", "output"),
+    ("locations", "locations"),
+)
+
+
+class Translator:
+    def __init__(self) -> None:
+        self.open_tools: dict[str, float] = {}
+        self.reasoning_open = False
+        self.reasoning_index = 0
+        self.message_index = 0
+        self.last_message_id: str | None = None
+        self.title: str | None = None
+        self.commands: list[dict[str, Any]] | None = None
+        self.usage: dict[str, Any] = {}
+        self.text_chars = 0
+
+    def _close_reasoning(self) -> list[NewEvent]:
+        if not self.reasoning_open:
+            return []
+        self.reasoning_open = False
+        return [NewEvent(EventType.REASONING_DONE, {"reasoning_id": f"r{self.reasoning_index}"})]
+
+    def translate(self, update: Any) -> list[NewEvent]:
+        data = as_dict(update)
+        kind = data.get("sessionUpdate")
+        handler = getattr(self, f"_on_{kind}", None)
+        if handler is None:
+            return []  # user_message_chunk (replays), mode/config updates: nothing to journal
+        return handler(data)
+
+    def _on_agent_message_chunk(self, data: dict[str, Any]) -> list[NewEvent]:
+        text = _text_of(data.get("content"))
+        events = self._close_reasoning()
+        message_id = data.get("messageId")
+        if message_id is None:
+            # Agents without message ids: a new segment starts after anything but text.
+            message_id = f"m{self.message_index}"
+        if message_id != self.last_message_id:
+            self.last_message_id = message_id
+            self.message_index += 1
+        if text:
+            self.text_chars += len(text)
+            events.append(
+                NewEvent(
+                    EventType.TOKEN_DELTA,
+                    {"message_id": message_id, "delta": text, "content_type": "markdown"},
+                )
+            )
+        return events
+
+    def _break_message(self) -> None:
+        if self.last_message_id is not None and self.last_message_id.startswith("m"):
+            self.last_message_id = None
+
+    def _on_agent_thought_chunk(self, data: dict[str, Any]) -> list[NewEvent]:
+        text = _text_of(data.get("content"))
+        if not text:
+            return []
+        if not self.reasoning_open:
+            self.reasoning_open = True
+            self.reasoning_index += 1
+        self._break_message()
+        return [
+            NewEvent(EventType.REASONING_DELTA, {"reasoning_id": f"r{self.reasoning_index}", "delta": text})
+        ]
+
+    def _tool_payload(self, data: dict[str, Any]) -> dict[str, Any]:
+        payload: dict[str, Any] = {"tool_call_id": data.get("toolCallId", "")}
+        for source, target in _TOOL_FIELDS:
+            if data.get(source) is not None:
+                payload[target] = data[source]
+        if data.get("content") is not None:
+            payload["content"] = _tool_content(data["content"])
+        return payload
+
+    def _on_tool_call(self, data: dict[str, Any]) -> list[NewEvent]:
+        events = self._close_reasoning()
+        self._break_message()
+        payload = self._tool_payload(data)
+        payload.setdefault("status", "pending")
+        tool_id = payload["tool_call_id"]
+        if tool_id in self.open_tools:
+            # A replayed or repeated start: treat as an update.
+            return [*events, NewEvent(EventType.TOOL_UPDATED, payload)]
+        self.open_tools[tool_id] = time.monotonic()
+        payload["started_at"] = time.time()
+        events.append(NewEvent(EventType.TOOL_STARTED, payload))
+        if payload["status"] in ("completed", "failed"):
+            events.append(self._done(tool_id, payload["status"]))
+        return events
+
+    def _done(self, tool_id: str, status: str, **extra: Any) -> NewEvent:
+        started = self.open_tools.pop(tool_id, None)
+        payload: dict[str, Any] = {"tool_call_id": tool_id, "status": status, **extra}
+        if started is not None:
+            payload["duration"] = round(time.monotonic() - started, 3)
+        payload["error"] = status == "failed"
+        return NewEvent(EventType.TOOL_DONE, payload)
+
+    def _on_tool_call_update(self, data: dict[str, Any]) -> list[NewEvent]:
+        events = self._close_reasoning()
+        self._break_message()
+        payload = self._tool_payload(data)
+        tool_id = payload["tool_call_id"]
+        if tool_id not in self.open_tools:
+            # An update for a call we never saw start (or already closed): open it so the card exists.
+            self.open_tools[tool_id] = time.monotonic()
+            events.append(
+                NewEvent(EventType.TOOL_STARTED, {**payload, "status": payload.get("status", "in_progress")})
+            )
+        else:
+            events.append(NewEvent(EventType.TOOL_UPDATED, payload))
+        if payload.get("status") in ("completed", "failed"):
+            events.append(self._done(tool_id, payload["status"]))
+        return events
+
+    def _on_plan(self, data: dict[str, Any]) -> list[NewEvent]:
+        entries = [
+            {
+                "content": e.get("content", ""),
+                "priority": e.get("priority", "medium"),
+                "status": e.get("status", "pending"),
+            }
+            for e in data.get("entries", [])
+        ]
+        return [NewEvent(EventType.PLAN_UPDATED, {"entries": entries})]
+
+    def _on_usage_update(self, data: dict[str, Any]) -> list[NewEvent]:
+        payload = {k: data[k] for k in ("used", "size", "cost") if data.get(k) is not None}
+        self.usage = payload
+        return [NewEvent(EventType.USAGE_UPDATED, payload)]
+
+    def _on_session_info_update(self, data: dict[str, Any]) -> list[NewEvent]:
+        title = data.get("title")
+        if not title:
+            return []
+        self.title = title
+        return [NewEvent(EventType.TITLE_UPDATED, {"title": title, "source": "agent"})]
+
+    def _on_available_commands_update(self, data: dict[str, Any]) -> list[NewEvent]:
+        commands = []
+        for command in data.get("availableCommands", []):
+            hint = (command.get("input") or {}).get("hint")
+            commands.append(
+                {
+                    "name": command.get("name"),
+                    "description": command.get("description", ""),
+                    "input_hint": hint,
+                }
+            )
+        self.commands = commands
+        return []
+
+    def finish(self) -> list[NewEvent]:
+        """Close what the agent left open: reasoning, and tool calls it never completed (Hermes)."""
+        events = self._close_reasoning()
+        for tool_id in list(self.open_tools):
+            events.append(self._done(tool_id, "completed", closed_by="turn_end"))
+        return events
+
+
+def per_turn_usage(
+    response_usage: dict[str, Any] | None, previous_total: dict[str, Any] | None, cumulative: bool
+) -> dict[str, Any]:
+    """Per-turn token usage; for agents reporting a running session total, the difference."""
+    usage = dict(response_usage or {})
+    if not cumulative or not previous_total:
+        return usage
+    turn: dict[str, Any] = {}
+    for key, value in usage.items():
+        before = previous_total.get(key)
+        turn[key] = (
+            value - before if isinstance(value, (int, float)) and isinstance(before, (int, float)) else value
+        )
+    return turn
