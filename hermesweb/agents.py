@@ -43,7 +43,10 @@ def builtin_agents(data_dir: Path) -> dict[str, dict[str, Any]]:
             "command": sys.executable,
             "args": ["-m", "runs.demo_agent", "--home", str(data_dir / "demo-agent")],
             # The agent runs with the project as cwd; it must still find its own package.
-            "env": {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+            "env": {
+                "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
+                "HERMESWEB_DEMO_DELAY": os.environ.get("HERMESWEB_DEMO_DELAY", "0.02"),
+            },
             "steer": "slash",
         },
         "hermes": {

@@ -204,6 +204,10 @@ class AgentProcess:
         finally:
             waiter.cancel()
         if task in done:
+            exc = task.exception()
+            if isinstance(exc, (ConnectionError, EOFError)):
+                # The SDK fails pending requests with ConnectionError when the pipe closes.
+                raise AgentDied(f"agent {self.spec.name!r} connection closed: {exc}") from exc
             return task.result()
         task.cancel()
         if self.exited.is_set():

@@ -1,0 +1,1 @@
+"""Test helpers shared by the workbench's test suite (scripted LLM, real-agent harnesses)."""

@@ -146,8 +146,8 @@ def spawn_kwargs(config: AgentConfig | dict[str, Any], stderr: Any) -> dict[str,
 
 
 __all__ = [
-    "AgentConfig",
     "REPO_ROOT",
+    "AgentConfig",
     "ensure_hermes_acp",
     "hermes_acp_path",
     "hermes_agent_config",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import socket
 import threading
 import time
 from collections import deque
@@ -88,7 +87,9 @@ class ErrorResponse:
 Response = TextResponse | ToolCallResponse | ErrorResponse
 
 
-def text(message: str, *, chunks: int = 1, chunk_delay: float = 0.0, gate: threading.Event | None = None) -> TextResponse:
+def text(
+    message: str, *, chunks: int = 1, chunk_delay: float = 0.0, gate: threading.Event | None = None
+) -> TextResponse:
     return TextResponse(message, chunks=chunks, chunk_delay=chunk_delay, gate=gate)
 
 
@@ -96,7 +97,9 @@ def reasoning(thought: str, message: str, *, chunks: int = 1, chunk_delay: float
     return TextResponse(message, chunks=chunks, chunk_delay=chunk_delay, reasoning=thought)
 
 
-def tool_call(name: str, arguments: Mapping[str, Any] | str, *, call_id: str | None = None, text: str = "") -> ToolCallResponse:
+def tool_call(
+    name: str, arguments: Mapping[str, Any] | str, *, call_id: str | None = None, text: str = ""
+) -> ToolCallResponse:
     return ToolCallResponse(calls=(ToolCall(name, arguments, call_id),), text=text)
 
 
@@ -336,7 +339,7 @@ class _Handler(BaseHTTPRequestHandler):
                 self._stream(response)
             else:
                 self._complete(response)
-        except (BrokenPipeError, ConnectionResetError, _Disconnected, socket.timeout):
+        except (TimeoutError, BrokenPipeError, ConnectionResetError, _Disconnected):
             self.close_connection = True
 
     def _not_found(self, method: str) -> None:
@@ -465,9 +468,9 @@ def iter_requests_containing(llm: ScriptedLLM, needle: str) -> Iterator[dict[str
 
 __all__: Sequence[str] = (
     "DEFAULT_TEXT",
+    "SIDE_CALL_TEXT",
     "ErrorResponse",
     "Response",
-    "SIDE_CALL_TEXT",
     "ScriptedLLM",
     "TextResponse",
     "ToolCall",

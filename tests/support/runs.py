@@ -1,0 +1,71 @@
+"""Helpers for tests that drive real runs: submit, wait for states, read journals."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from projects.models import Session
+from runs.journal import materialize
+from runs.models import JournalEvent, Run
+from runs.services import SubmitResult, do_submit_message
+from tests.support.procs import wait_for
+
+
+def submit(session: Session, text: str, mode: str = "auto") -> SubmitResult:
+    return do_submit_message(session, client_id=uuid.uuid4().hex, text=text, mode=mode)
+
+
+def run_of(result: SubmitResult) -> Run:
+    assert result.run is not None, result
+    return result.run
+
+
+def refreshed(run: Run) -> Run:
+    run.refresh_from_db()
+    return run
+
+
+def wait_status(run: Run, *statuses: str, timeout: float = 30.0, log: Any = None) -> Run:
+    def check() -> bool:
+        return refreshed(run).status in statuses
+
+    try:
+        wait_for(check, timeout, what=f"run {run.pk} to reach {statuses} (is {run.status})")
+    except AssertionError:
+        if log is not None:
+            print(log())
+        raise
+    return run
+
+
+def wait_event(run: Run, type: str, timeout: float = 30.0, **payload: Any) -> JournalEvent:
+    def find() -> JournalEvent | None:
+        for event in JournalEvent.objects.filter(run=run, type=type).order_by("seq"):
+            if all(event.payload.get(k) == v for k, v in payload.items()):
+                return event
+        return None
+
+    return wait_for(find, timeout, what=f"{type} {payload or ''} on run {run.pk}")
+
+
+def events(run: Run) -> list[JournalEvent]:
+    return list(JournalEvent.objects.filter(run=run).order_by("seq"))
+
+
+def types(run: Run) -> list[str]:
+    return [e.type for e in events(run)]
+
+
+def state(run: Run) -> dict[str, Any]:
+    return materialize(events(run))
+
+
+def assert_journal_well_formed(run: Run) -> None:
+    """seq is 1..N without gaps, exactly one terminal event and it is the last."""
+    evs = events(run)
+    assert [e.seq for e in evs] == list(range(1, len(evs) + 1))
+    terminals = [e for e in evs if e.terminal]
+    assert len(terminals) == 1 and terminals[0] is evs[-1], [e.type for e in evs]
+    assert evs[-1].type == "done"
+    assert refreshed(run).last_seq == len(evs)
