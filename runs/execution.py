@@ -526,7 +526,8 @@ def _is_steer_ack(update: Any) -> bool:
     if data.get("sessionUpdate") != "agent_message_chunk":
         return False
     text = (data.get("content") or {}).get("text", "")
-    return text.strip().startswith(STEER_ACKS)
+    # Hermes prefixes its acknowledgement with an emoji: look near the start, not at it.
+    return any(ack in text[:40] for ack in STEER_ACKS)
 
 
 # ------------------------------------------------------------- sync helpers
