@@ -35,8 +35,11 @@ ensure_venv() {
   want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
     echo "» installing hermesweb and its dependencies into $VENV"
-    "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e ".[test]"
+    # grep drops pip's noise about this machine's unused local index mirrors.
+    "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+    "$VENV/bin/python" -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    "$VENV/bin/python" -c "import django, acp, ninja, channels_redis, playwright" \
+      || { echo "installing into $VENV failed" >&2; exit 1; }
     echo "$want" > "$stamp"
   fi
   export PATH="$VENV/bin:$PATH"

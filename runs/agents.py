@@ -94,6 +94,7 @@ class AgentProcess:
         self.active = 0
         self.last_used = time.monotonic()
         self.poisoned = ""
+        self.closing = False
         self.exited = asyncio.Event()
         self._cm: Any = None
         self._log: Any = None
@@ -175,12 +176,8 @@ class AgentProcess:
         with contextlib.suppress(Exception):
             await self.process.wait()
         self.exited.set()
-        log.warning(
-            "agent %s for project %s exited (code %s)",
-            self.spec.name,
-            self.project_id,
-            self.process.returncode,
-        )
+        level = logging.INFO if self.closing else logging.WARNING
+        log.log(level, "agent %s for project %s exited (code %s)", self.spec.name, self.project_id, self.returncode)
 
     def route_update(self, session_id: str, update: Any) -> None:
         kind = getattr(update, "session_update", None)
@@ -219,6 +216,7 @@ class AgentProcess:
         return self.process.returncode if self.process else None
 
     async def close(self) -> None:
+        self.closing = True
         if self._cm is not None:
             cm, self._cm = self._cm, None
             with contextlib.suppress(Exception):

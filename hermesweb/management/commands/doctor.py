@@ -1,0 +1,134 @@
+"""`python manage.py doctor`: check the installation and say what to fix."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+
+from hermesweb.agents import AgentSpec
+
+
+class Command(BaseCommand):
+    help = (
+        "Check the database (reachable, migrated), the channel layer (Redis reachable, or polling), "
+        "each configured agent (command found, ACP initialize answers), the allowed project roots, "
+        "and the runners' heartbeats. Prints what to fix; exits non-zero if anything is broken."
+    )
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--skip-agents", action="store_true", help="Do not start the agents.")
+        parser.add_argument("--agent-timeout", type=float, default=30.0)
+
+    def handle(self, *args: Any, skip_agents: bool, agent_timeout: float, **options: Any) -> None:
+        self.failures = 0
+        self.check_database()
+        self.check_channel_layer()
+        self.check_roots()
+        self.check_runners()
+        if not skip_agents:
+            for spec in settings.HERMESWEB_AGENTS.values():
+                self.check_agent(spec, agent_timeout)
+        if self.failures:
+            raise CommandError(f"{self.failures} problem(s) found")
+        self.stdout.write(self.style.SUCCESS("all checks passed"))
+
+    def ok(self, message: str) -> None:
+        self.stdout.write(f"✓ {message}")
+
+    def bad(self, message: str, fix: str) -> None:
+        self.failures += 1
+        self.stdout.write(self.style.ERROR(f"✗ {message}") + f"\n    fix: {fix}")
+
+    def warn(self, message: str, fix: str) -> None:
+        self.stdout.write(self.style.WARNING(f"! {message}") + f"\n    hint: {fix}")
+
+    def check_database(self) -> None:
+        vendor = connection.vendor
+        try:
+            connection.ensure_connection()
+        except Exception as exc:
+            self.bad(f"database ({vendor}) unreachable: {exc}", "check DATABASE_URL and that the server runs")
+            return
+        plan = MigrationExecutor(connection).migration_plan(
+            MigrationExecutor(connection).loader.graph.leaf_nodes()
+        )
+        if plan:
+            self.bad(
+                f"database ({vendor}) has {len(plan)} unapplied migration(s)", "python manage.py migrate"
+            )
+        else:
+            self.ok(f"database ({vendor}) reachable and migrated")
+
+    def check_channel_layer(self) -> None:
+        if not settings.REDIS_URL:
+            self.ok("channel layer: none (embedded default; consumers and runners poll the database)")
+            return
+        import redis
+
+        try:
+            redis.Redis.from_url(settings.REDIS_URL, socket_timeout=3).ping()
+        except Exception as exc:
+            self.bad(f"Redis at {settings.REDIS_URL} unreachable: {exc}", "start Redis or fix REDIS_URL")
+        else:
+            self.ok(f"channel layer: Redis at {settings.REDIS_URL}")
+
+    def check_roots(self) -> None:
+        for root in settings.HERMESWEB_ALLOWED_ROOTS:
+            if not root.is_dir():
+                self.bad(f"allowed root {root} is missing", "create it or fix HERMESWEB_ALLOWED_ROOTS")
+            elif not os.access(root, os.R_OK | os.X_OK):
+                self.bad(f"allowed root {root} is not readable", "fix its permissions")
+            else:
+                self.ok(f"allowed root {root}")
+
+    def check_runners(self) -> None:
+        from runs.models import Runner
+
+        alive = list(Runner.objects.alive())
+        if alive:
+            names = ", ".join(f"{r.id} (pid {r.pid}, heartbeat {r.heartbeat_at:%H:%M:%S})" for r in alive)
+            self.ok(f"{len(alive)} runner(s) alive: {names}")
+        else:
+            self.warn("no runner is alive: queued runs will wait", "start one: python manage.py runner")
+
+    def check_agent(self, spec: AgentSpec, timeout: float) -> None:
+        from projects.models import Project
+
+        if spec.resolved_command() is None:
+            message = f"agent {spec.name!r}: command {spec.command!r} not found"
+            fix = "install it or fix HERMESWEB_AGENTS"
+            if Project.objects.filter(agent=spec.name).exists():
+                self.bad(message, fix)
+            else:
+                self.warn(message + " (no project uses it)", fix)
+            return
+        try:
+            caps = asyncio.run(asyncio.wait_for(_initialize(spec), timeout))
+        except Exception as exc:
+            log = os.path.join(settings.HERMESWEB_LOG_DIR, f"agent-{spec.name}-project0.log")
+            self.bad(f"agent {spec.name!r}: ACP initialize failed: {exc!r}", f"read {log}")
+            return
+        info = caps.get("agent_info", {})
+        self.ok(
+            f"agent {spec.name!r}: {info.get('name', '?')} {info.get('version', '')} "
+            f"(load: {caps['load_session']}, steer: {caps['steer'] or 'no'})"
+        )
+
+
+async def _initialize(spec: AgentSpec) -> dict[str, Any]:
+    from runs.agents import AgentProcess
+
+    with tempfile.TemporaryDirectory() as cwd:
+        process = AgentProcess(spec, 0, cwd)
+        try:
+            await process.start()
+            return process.capabilities
+        finally:
+            await process.close()
