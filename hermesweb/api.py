@@ -55,13 +55,14 @@ class ORJSONRenderer(BaseRenderer):
     media_type = "application/json"
 
     def render(self, request: HttpRequest, data: Any, *, response_status: int) -> bytes:
-        return orjson.dumps(data, default=NinjaJSONEncoder().default)
+        # Materialized state may key a map by an id the agent left out (None).
+        return orjson.dumps(data, default=NinjaJSONEncoder().default, option=orjson.OPT_NON_STR_KEYS)
 
 
 api = NinjaAPI(
     title="hermesweb",
     version="1",
-    description="Control API of the hermesweb workbench: projects, sessions, runs, their journal and controls.",
+    description="Control API of the hermesweb workbench: projects, sessions, runs, journal, controls.",
     auth=api_auth(),
     renderer=ORJSONRenderer(),
     parser=ORJSONParser(),
@@ -176,9 +177,7 @@ def health(request: HttpRequest) -> Status[HealthOut]:
 _fallback = Router()
 
 
-@_fallback.api_operation(
-    ["GET", "POST", "PUT", "PATCH", "DELETE"], "/{path:rest}", include_in_schema=False
-)
+@_fallback.api_operation(["GET", "POST", "PUT", "PATCH", "DELETE"], "/{path:rest}", include_in_schema=False)
 def unknown_endpoint(request: HttpRequest, rest: str) -> None:
     raise not_found("endpoint")
 

@@ -104,7 +104,8 @@ def login_required_json(view: Callable[..., HttpResponse]) -> Callable[..., Http
     def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
         if authenticated_user(request) is None:
             return JsonResponse(
-                error_body("not_authenticated", "Sign in, or send 'Authorization: Bearer <token>'."), status=401
+                error_body("not_authenticated", "Sign in, or send 'Authorization: Bearer <token>'."),
+                status=401,
             )
         return view(request, *args, **kwargs)
 

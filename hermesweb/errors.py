@@ -116,7 +116,9 @@ def install_exception_handlers(api: NinjaAPI) -> None:
                 for field, messages in exc.message_dict.items()
             ]
         else:
-            details = [{"field": "body", "location": "body", "message": m, "type": "invalid"} for m in exc.messages]
+            details = [
+                {"field": "body", "location": "body", "message": m, "type": "invalid"} for m in exc.messages
+            ]
         return respond(request, 422, error_body("validation_error", "Invalid input.", details))
 
     @api.exception_handler(AuthenticationError)

@@ -14,6 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Max
+from django.utils import timezone
 
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
@@ -103,7 +104,9 @@ def _deliver_steer(intent: PendingIntent, run: Run) -> None:
         run=run,
         kind=ControlKind.STEER,
         target_id=str(intent.pk),
-        key=f"steer:{intent.pk}",
+        # One control per attempt: a steer the runner could not deliver falls back to
+        # the queue, and upgrading it again on the same run must not hit the unique key.
+        key=f"steer:{intent.pk}:{intent.version}",
         payload={"text": intent.text},
     )
     transaction.on_commit(lambda: notify.wake_runners("control", run.pk))
@@ -140,6 +143,8 @@ def _locked(intent: PendingIntent) -> tuple[Session, PendingIntent]:
 
 
 def _waiting_check(intent: PendingIntent, version: int | None) -> IntentResult | None:
+    if intent.kind == IntentKind.STEER:
+        return IntentResult("not_active", "This message was sent as steer; it can no longer change.", intent)
     if intent.state != IntentState.WAITING or intent.kind != IntentKind.QUEUE:
         return IntentResult("not_active", f"This message is no longer waiting ({intent.state}).", intent)
     if version is not None and version != intent.version:
@@ -170,8 +175,9 @@ def do_edit_intent(
 
 def _move(session: Session, intent: PendingIntent, position: int) -> None:
     """Place `intent` at index `position` among the waiting items, renumbering all of them."""
+    # Steers in flight are not in the queue the user reorders.
     others = list(
-        PendingIntent.objects.filter(session=session)
+        PendingIntent.objects.filter(session=session, kind=IntentKind.QUEUE)
         .waiting()
         .exclude(pk=intent.pk)
         .order_by("position", "id")
@@ -182,7 +188,9 @@ def _move(session: Session, intent: PendingIntent, position: int) -> None:
         if item.pk == intent.pk:
             intent.position = index
         elif item.position != index:
-            PendingIntent.objects.filter(pk=item.pk).update(position=index, version=F("version") + 1)
+            PendingIntent.objects.filter(pk=item.pk).update(
+                position=index, version=F("version") + 1, updated_at=timezone.now()
+            )
 
 
 def do_delete_intent(intent: PendingIntent, *, version: int | None = None) -> IntentResult:
@@ -201,8 +209,13 @@ def do_delete_intent(intent: PendingIntent, *, version: int | None = None) -> In
     return IntentResult("accepted", "Deleted.", intent)
 
 
-def do_steer_intent(intent: PendingIntent) -> IntentResult:
-    """Upgrade a waiting Queue item to Steer: irreversible once accepted."""
+def do_steer_intent(intent: PendingIntent, *, run_id: int | None = None) -> IntentResult:
+    """Upgrade a waiting Queue item to Steer: irreversible once accepted.
+
+    `run_id` is the run the caller saw running. When it has ended since, the
+    guidance was meant for a turn that is over: refused with `conflict`, like a
+    run that cannot take steer, and the item stays queued with the reason.
+    """
     with transaction.atomic():
         session, intent = _locked(intent)
         if intent.kind == IntentKind.STEER:
@@ -211,6 +224,8 @@ def do_steer_intent(intent: PendingIntent) -> IntentResult:
         if refused:
             return refused
         target, why = _steer_target(session)
+        if target is not None and run_id is not None and target.pk != run_id:
+            target, why = None, "The run this was meant for has ended; the message stays queued."
         if target is None:
             intent.reason = why
             intent.save(update_fields=["reason", "updated_at"])
@@ -238,10 +253,19 @@ def do_stop_and_send(intent: PendingIntent) -> IntentResult:
         refused = _waiting_check(intent, None)
         if refused:
             return refused
+        if PendingIntent.objects.filter(session=session, state=IntentState.STOPPING).exists():
+            # Only one message can be "the next turn": a second one would claim to stop a
+            # run that is already stopping, then silently wait behind the first.
+            why = "Another message is already replacing the current run; this one stays queued."
+            intent.reason = why
+            intent.save(update_fields=["reason", "updated_at"])
+            _changed(session.pk)
+            return IntentResult("conflict", why, intent)
         active = Run.objects.filter(session=session).active().first()
         intent.kind = IntentKind.STOP_AND_SEND
         intent.state = IntentState.STOPPING
         intent.target_run = active
+        intent.reason = ""
         intent.version += 1
         intent.save()
         _changed(session.pk)
@@ -260,26 +284,39 @@ def do_stop_and_send(intent: PendingIntent) -> IntentResult:
 def settle_after_run(session: Session, run: Run) -> None:
     """Steers the run never took become queued items, with where they came from.
 
+    They go to the front of the queue, in the order they were sent: they were
+    meant for the turn that just ended, so they are the most urgent follow-up.
     Call in the transaction that records the run's terminal event.
     """
-    leftovers = PendingIntent.objects.filter(
-        session=session, target_run=run, kind=IntentKind.STEER, state=IntentState.WAITING
+    leftovers = list(
+        PendingIntent.objects.filter(
+            session=session, target_run=run, kind=IntentKind.STEER, state=IntentState.WAITING
+        ).order_by("position", "id")
     )
-    for intent in leftovers:
-        Control.objects.filter(run=run, key=f"steer:{intent.pk}", state="pending").update(
-            state="rejected", result="expired", message="run ended before delivery"
-        )
+    if not leftovers:
+        return
+    Control.objects.filter(
+        run=run, kind=ControlKind.STEER, target_id__in=[str(i.pk) for i in leftovers], state="pending"
+    ).update(state="rejected", result="expired", message="run ended before delivery")
+    queued = list(
+        PendingIntent.objects.filter(session=session, kind=IntentKind.QUEUE)
+        .waiting()
+        .order_by("position", "id")
+    )
+    for index, intent in enumerate(leftovers):
         intent.kind = IntentKind.QUEUE
         intent.source = RunSource.LEFTOVER_STEER
         intent.source_meta = {**intent.source_meta, "steer_run_id": run.pk}
         intent.reason = "The run ended before this steer reached the agent; it will be sent as the next turn."
-        intent.position = 0
+        intent.position = index
         intent.version += 1
         intent.save()
-        PendingIntent.objects.filter(session=session).waiting().exclude(pk=intent.pk).update(
-            position=F("position") + 1
-        )
-        _changed(session.pk)
+    for index, item in enumerate(queued, start=len(leftovers)):
+        if item.position != index:
+            PendingIntent.objects.filter(pk=item.pk).update(
+                position=index, version=F("version") + 1, updated_at=timezone.now()
+            )
+    _changed(session.pk)
 
 
 def drain(session: Session) -> Run | None:

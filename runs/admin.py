@@ -46,7 +46,16 @@ class ControlInline(ReadOnlyInline):
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ["id", "session", "status", "source", "last_seq", "lease_owner", "created_at", "finished_at"]
+    list_display = [
+        "id",
+        "session",
+        "status",
+        "source",
+        "last_seq",
+        "lease_owner",
+        "created_at",
+        "finished_at",
+    ]
     list_filter = ["status", "source", "created_at"]
     search_fields = ["prompt_text", "client_id", "lease_owner", "session__title"]
     list_select_related = ["session"]

@@ -177,7 +177,8 @@ class AgentProcess:
             await self.process.wait()
         self.exited.set()
         level = logging.INFO if self.closing else logging.WARNING
-        log.log(level, "agent %s for project %s exited (code %s)", self.spec.name, self.project_id, self.returncode)
+        name, project, code = self.spec.name, self.project_id, self.returncode
+        log.log(level, "agent %s for project %s exited (code %s)", name, project, code)
 
     def route_update(self, session_id: str, update: Any) -> None:
         kind = getattr(update, "session_update", None)

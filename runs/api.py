@@ -144,7 +144,7 @@ def run_events(
     id: int,
     after_seq: Annotated[int | None, Query(ge=0, description="Return events with seq > after_seq.")] = None,
     limit: Annotated[int | None, Query(ge=1, description="Page size; capped by the server.")] = None,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", max_length=60)] = None,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
 ) -> EventsPage:
     """A page of the run's journal after a cursor (`after_seq`, else `Last-Event-ID`, else 0).
 
@@ -158,7 +158,9 @@ def run_events(
     except journal.CursorAhead as exc:
         raise ApiError(409, "cursor_ahead", str(exc), {"last_seq": run.last_seq}) from None
     except journal.CursorExpired as exc:
-        raise ApiError(410, "cursor_expired", str(exc), {"compacted_through": run.compacted_through}) from None
+        raise ApiError(
+            410, "cursor_expired", str(exc), {"compacted_through": run.compacted_through}
+        ) from None
     # Events appended after `run` was read may be in the page: the page, not the stale row, is the floor.
     last_seq = max(run.last_seq, events[-1].seq if events else 0)
     terminal = run.is_terminal or bool(events and events[-1].terminal)
@@ -185,7 +187,9 @@ def cancel_run(request: HttpRequest, id: int) -> ControlResultOut:
 
 
 @router.post("/runs/{id}/approvals/{approval_id}", response=ControlResultOut, tags=["controls"])
-def respond_approval(request: HttpRequest, id: int, approval_id: AgentId, payload: ApprovalIn) -> ControlResultOut:
+def respond_approval(
+    request: HttpRequest, id: int, approval_id: AgentId, payload: ApprovalIn
+) -> ControlResultOut:
     """Answer a permission request with one of its options. 422 `invalid_option` for another option."""
     run = get_visible(Run.objects, request.auth, id, "run")
     try:
@@ -195,7 +199,9 @@ def respond_approval(request: HttpRequest, id: int, approval_id: AgentId, payloa
 
 
 @router.post("/runs/{id}/clarifications/{clarify_id}", response=ControlResultOut, tags=["controls"])
-def respond_clarify(request: HttpRequest, id: int, clarify_id: AgentId, payload: ClarifyIn) -> ControlResultOut:
+def respond_clarify(
+    request: HttpRequest, id: int, clarify_id: AgentId, payload: ClarifyIn
+) -> ControlResultOut:
     """Answer a clarify question: a string, or an object of field → value."""
     run = get_visible(Run.objects, request.auth, id, "run")
     try:

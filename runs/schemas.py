@@ -15,7 +15,9 @@ MessageText = Annotated[str, StringConstraints(min_length=1, max_length=1_000_00
 
 
 class MessageIn(Schema):
-    client_id: ClientId = Field(description="Client-generated id; sending it again is a duplicate, never a turn.")
+    client_id: ClientId = Field(
+        description="Client-generated id; sending it again is a duplicate, never a turn."
+    )
     text: MessageText
     mode: Literal["auto", "queue", "steer"] = Field(
         "auto", description="While a run is active: queue it, steer the run, or the project's default."

@@ -49,10 +49,12 @@ class SubmitResult:
 
 
 def _intent_result(intent: PendingIntent, duplicate: bool) -> SubmitResult:
-    if intent.run_id is not None and intent.kind != "steer":
+    # A stop-and-send item was submitted as a queued message: answer in the message's terms.
+    kind = "steer" if intent.kind == "steer" else "queue"
+    if intent.run_id is not None and kind == "queue":
         # It already drained into a turn: answer with the turn.
-        return SubmitResult(intent.kind, intent.run, intent, intent.state, duplicate)
-    return SubmitResult(intent.kind, None, intent, intent.state, duplicate)
+        return SubmitResult(kind, intent.run, intent, intent.state, duplicate)
+    return SubmitResult(kind, None, intent, intent.state, duplicate)
 
 
 def _previous_answer(session: Session, client_id: str) -> SubmitResult | None:

@@ -1,0 +1,76 @@
+"""Pending intents: list, edit, withdraw, upgrade to steer, stop-and-send (docs/intents.md).
+
+Results other than a version conflict are answers (200 with a status); a
+conflict is a 409 carrying the intent as it is now, so the client can redraw
+it and let the user retry.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from django.http import HttpRequest
+from ninja import Body, Query, Router
+
+from hermesweb.auth import get_visible
+from hermesweb.errors import ApiError
+from intents import services
+from intents.models import PendingIntent
+from intents.schemas import MAX_INT, IntentDeleteIn, IntentOut, IntentPatch, IntentResultOut
+from projects.models import Session
+
+router = Router(tags=["intents"])
+
+
+def result_out(result: services.IntentResult) -> IntentResultOut:
+    intent = IntentOut.model_validate(result.intent)
+    if result.status == "conflict":
+        raise ApiError(409, "conflict", result.message, {"intent": intent.model_dump(mode="json")})
+    return IntentResultOut(status=result.status, message=result.message, intent=intent)
+
+
+@router.get("/sessions/{id}/intents", response=list[IntentOut])
+def list_intents(request: HttpRequest, id: int, include_closed: bool = False) -> list[PendingIntent]:
+    """The session's open intents in queue order; `?include_closed=true` adds the settled ones too."""
+    session = get_visible(Session.objects, request.auth, id, "session")
+    intents = PendingIntent.objects.filter(session=session)
+    if not include_closed:
+        intents = intents.open()
+    return list(intents.order_by("position", "id"))
+
+
+@router.patch("/intents/{id}", response=IntentResultOut)
+def edit_intent(request: HttpRequest, id: int, payload: IntentPatch) -> IntentResultOut:
+    """Edit the text and/or position of a waiting item. 409 `conflict` when `version` is stale."""
+    intent = get_visible(PendingIntent.objects, request.auth, id, "intent")
+    return result_out(
+        services.do_edit_intent(intent, version=payload.version, text=payload.text, position=payload.position)
+    )
+
+
+@router.delete("/intents/{id}", response=IntentResultOut)
+def delete_intent(
+    request: HttpRequest,
+    id: int,
+    version: Annotated[int | None, Query(ge=1, le=MAX_INT)] = None,
+    payload: Annotated[IntentDeleteIn | None, Body()] = None,
+) -> IntentResultOut:
+    """Withdraw a waiting item. `version` (query or body) guards against deleting an edited item."""
+    intent = get_visible(PendingIntent.objects, request.auth, id, "intent")
+    if version is None and payload is not None:
+        version = payload.version
+    return result_out(services.do_delete_intent(intent, version=version))
+
+
+@router.post("/intents/{id}/steer", response=IntentResultOut)
+def steer_intent(request: HttpRequest, id: int) -> IntentResultOut:
+    """Deliver a waiting item to the active run as guidance; 409 `conflict` when the run cannot take it."""
+    intent = get_visible(PendingIntent.objects, request.auth, id, "intent")
+    return result_out(services.do_steer_intent(intent))
+
+
+@router.post("/intents/{id}/stop-and-send", response=IntentResultOut)
+def stop_and_send(request: HttpRequest, id: int) -> IntentResultOut:
+    """Cancel the active run and send this item as the next turn."""
+    intent = get_visible(PendingIntent.objects, request.auth, id, "intent")
+    return result_out(services.do_stop_and_send(intent))

@@ -1,0 +1,51 @@
+"""API shapes for pending intents (docs/intents.md)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from ninja import Field, Schema
+from pydantic import StringConstraints
+
+# PositiveIntegerField: PostgreSQL's integer.
+MAX_INT = 2**31 - 1
+
+Version = Annotated[int, Field(ge=1, le=MAX_INT)]
+
+
+class IntentOut(Schema):
+    id: int
+    session_id: int
+    client_id: str
+    kind: str
+    state: str
+    text: str
+    attachments: list[Any]
+    position: int
+    version: int
+    source: str
+    source_meta: dict[str, Any]
+    target_run_id: int | None
+    run_id: int | None
+    reason: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class IntentPatch(Schema):
+    version: Version = Field(description="The version you last saw; a stale one is a 409 conflict.")
+    text: Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)] | None = None
+    position: Annotated[int, Field(ge=0, le=MAX_INT)] | None = Field(
+        None, description="New index among the session's waiting items (0 = next)."
+    )
+
+
+class IntentDeleteIn(Schema):
+    version: Version | None = None
+
+
+class IntentResultOut(Schema):
+    status: str = Field(description="accepted | duplicate | not_active | expired | unsupported")
+    message: str
+    intent: IntentOut

@@ -1,0 +1,214 @@
+"""Projects, workflows and sessions. Thin views: parse, authorize, act, serialise."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import HttpRequest
+from ninja import Router, Status
+
+from hermesweb.auth import get_visible
+from hermesweb.errors import ApiError
+from projects import services
+from projects.models import Project, Session, Workflow
+from projects.schemas import (
+    LaunchIn,
+    ProjectIn,
+    ProjectOut,
+    ProjectPatch,
+    SessionIn,
+    SessionOut,
+    SessionPatch,
+    WorkflowIn,
+    WorkflowOut,
+    WorkflowPatch,
+)
+from runs import services as run_services
+from runs.api import submit_refused
+from runs.models import Run
+from runs.schemas import SubmitOut
+
+router = Router()
+
+
+def invalid(exc: services.InvalidInput) -> ApiError:
+    details = [{"field": exc.field, "location": "body", "message": exc.message, "type": exc.code}]
+    return ApiError(422, exc.code, exc.message, details if exc.field else None)
+
+
+def conflict(exc: services.Conflict) -> ApiError:
+    return ApiError(409, exc.code, exc.message)
+
+
+def changes(payload: Any) -> dict[str, Any]:
+    # PATCH: omitted and null both mean "leave as it is"; no field here is nullable.
+    return {k: v for k, v in payload.model_dump(exclude_unset=True).items() if v is not None}
+
+
+def with_active_run(sessions: QuerySet[Session]) -> QuerySet[Session]:
+    active = Run.objects.filter(session=OuterRef("pk")).active().values("pk")[:1]
+    return sessions.annotate(active_run_id=Subquery(active))
+
+
+# ---------------------------------------------------------------- projects
+
+
+@router.get("/projects", response=list[ProjectOut], tags=["projects"])
+def list_projects(request: HttpRequest) -> QuerySet[Project]:
+    """Your projects (staff: everyone's)."""
+    return Project.objects.visible_to(request.auth)
+
+
+@router.post("/projects", response={201: ProjectOut}, tags=["projects"])
+def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
+    """Create a project. 422 `path_*` for a refused path, `unknown_agent` for an unconfigured agent."""
+    try:
+        project = services.do_create_project(request.auth, **payload.model_dump())
+    except services.InvalidInput as exc:
+        raise invalid(exc) from None
+    except services.Conflict as exc:
+        raise conflict(exc) from None
+    return Status(201, project)
+
+
+@router.get("/projects/{id}", response=ProjectOut, tags=["projects"])
+def get_project(request: HttpRequest, id: int) -> Project:
+    return get_visible(Project.objects, request.auth, id, "project")
+
+
+@router.patch("/projects/{id}", response=ProjectOut, tags=["projects"])
+def update_project(request: HttpRequest, id: int, payload: ProjectPatch) -> Project:
+    project = get_visible(Project.objects, request.auth, id, "project")
+    try:
+        return services.do_update_project(project, **changes(payload))
+    except services.InvalidInput as exc:
+        raise invalid(exc) from None
+
+
+@router.delete("/projects/{id}", response={204: None}, tags=["projects"])
+def delete_project(request: HttpRequest, id: int) -> Status[None]:
+    """Delete a project and everything under it. 409 `conflict` while one of its runs is active."""
+    project = get_visible(Project.objects, request.auth, id, "project")
+    try:
+        services.do_delete_project(project)
+    except services.Conflict as exc:
+        raise conflict(exc) from None
+    return Status(204, None)
+
+
+# ---------------------------------------------------------------- workflows
+
+
+@router.get("/projects/{id}/workflows", response=list[WorkflowOut], tags=["workflows"])
+def list_workflows(request: HttpRequest, id: int) -> QuerySet[Workflow]:
+    project = get_visible(Project.objects, request.auth, id, "project")
+    return project.workflows.all()
+
+
+@router.post("/projects/{id}/workflows", response={201: WorkflowOut}, tags=["workflows"])
+def create_workflow(request: HttpRequest, id: int, payload: WorkflowIn) -> Status[Workflow]:
+    """Create a workflow. 422 `invalid_template` for a template that cannot render."""
+    project = get_visible(Project.objects, request.auth, id, "project")
+    try:
+        workflow = services.do_create_workflow(project, **payload.model_dump())
+    except services.InvalidInput as exc:
+        raise invalid(exc) from None
+    return Status(201, workflow)
+
+
+@router.get("/workflows/{id}", response=WorkflowOut, tags=["workflows"])
+def get_workflow(request: HttpRequest, id: int) -> Workflow:
+    return get_visible(Workflow.objects, request.auth, id, "workflow")
+
+
+@router.patch("/workflows/{id}", response=WorkflowOut, tags=["workflows"])
+def update_workflow(request: HttpRequest, id: int, payload: WorkflowPatch) -> Workflow:
+    workflow = get_visible(Workflow.objects, request.auth, id, "workflow")
+    try:
+        return services.do_update_workflow(workflow, **changes(payload))
+    except services.InvalidInput as exc:
+        raise invalid(exc) from None
+
+
+@router.delete("/workflows/{id}", response={204: None}, tags=["workflows"])
+def delete_workflow(request: HttpRequest, id: int) -> Status[None]:
+    workflow = get_visible(Workflow.objects, request.auth, id, "workflow")
+    services.do_delete_workflow(workflow)
+    return Status(204, None)
+
+
+@router.post("/workflows/{id}/launch", response={202: SubmitOut}, tags=["workflows"])
+def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[SubmitOut]:
+    """Render the template with `variables` and send it as a turn, in `session_id` or a new session.
+
+    422 `missing_variables` names the variables not given; 409 `session_archived`
+    for an archived session. The answer has the shape of `POST /sessions/{id}/messages`.
+    """
+    workflow = get_visible(Workflow.objects.select_related("project"), request.auth, id, "workflow")
+    session = None
+    if payload.session_id is not None:
+        session = get_visible(Session.objects, request.auth, payload.session_id, "session")
+        if session.project_id != workflow.project_id:
+            raise ApiError(422, "wrong_project", "The session belongs to another project than the workflow.")
+    try:
+        result = run_services.do_launch_workflow(
+            workflow,
+            session=session,
+            variables=payload.variables,
+            client_id=payload.client_id or uuid.uuid4().hex,
+        )
+    except KeyError as exc:
+        missing = str(exc.args[0]) if exc.args else ""
+        names = [name.strip() for name in missing.split(",") if name.strip()]
+        raise ApiError(
+            422, "missing_variables", f"Missing variables: {missing}.", {"missing": names}
+        ) from None
+    except ValueError as exc:
+        raise ApiError(422, "invalid_template", f"The workflow's template cannot render: {exc}") from None
+    except run_services.SubmitRefused as exc:
+        raise submit_refused(exc) from None
+    return Status(202, SubmitOut.from_result(result))
+
+
+# ---------------------------------------------------------------- sessions
+
+
+@router.get("/projects/{id}/sessions", response=list[SessionOut], tags=["sessions"])
+def list_sessions(request: HttpRequest, id: int) -> QuerySet[Session]:
+    """The project's sessions, most recently active first, each with its active run id."""
+    project = get_visible(Project.objects, request.auth, id, "project")
+    return with_active_run(project.sessions.all())
+
+
+@router.post("/projects/{id}/sessions", response={201: SessionOut}, tags=["sessions"])
+def create_session(request: HttpRequest, id: int, payload: SessionIn) -> Status[Session]:
+    project = get_visible(Project.objects, request.auth, id, "project")
+    return Status(201, services.do_create_session(project, title=payload.title))
+
+
+@router.get("/sessions/{id}", response=SessionOut, tags=["sessions"])
+def get_session(request: HttpRequest, id: int) -> Session:
+    return get_visible(with_active_run(Session.objects.all()), request.auth, id, "session")
+
+
+@router.patch("/sessions/{id}", response=SessionOut, tags=["sessions"])
+def update_session(request: HttpRequest, id: int, payload: SessionPatch) -> Session:
+    """Rename (`title`) or archive/reactivate (`status`)."""
+    session = get_visible(Session.objects, request.auth, id, "session")
+    try:
+        return services.do_update_session(session, **changes(payload))
+    except services.InvalidInput as exc:
+        raise invalid(exc) from None
+
+
+@router.delete("/sessions/{id}", response={204: None}, tags=["sessions"])
+def delete_session(request: HttpRequest, id: int) -> Status[None]:
+    """Delete a session with its runs and journal. 409 `conflict` while a run is active."""
+    session = get_visible(Session.objects, request.auth, id, "session")
+    try:
+        services.do_delete_session(session)
+    except services.Conflict as exc:
+        raise conflict(exc) from None
+    return Status(204, None)

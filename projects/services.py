@@ -1,0 +1,247 @@
+"""Actions on projects, workflows and sessions (design note: docs/domain.md).
+
+Views parse and authorize; these `do_*` functions validate against the
+operator's configuration, mutate and emit. Each states its preconditions.
+They raise `InvalidInput` (the caller's data is wrong: a 422) or `Conflict`
+(the current state forbids it: a 409), never HTTP errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils.text import slugify
+
+from projects.models import Project, RunningDefault, Session, SessionStatus, Workflow
+from projects.paths import PathRefused, validate_project_path
+
+_SLUG_MAX = 200
+_SLUG_ATTEMPTS = 5
+
+
+class InvalidInput(ValueError):
+    def __init__(self, code: str, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.field = field
+
+
+class Conflict(Exception):
+    code = "conflict"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+# ---------------------------------------------------------------- validation
+
+
+def clean_path(raw: str) -> str:
+    try:
+        return str(validate_project_path(raw))
+    except PathRefused as exc:
+        raise InvalidInput(exc.code, exc.message, "path") from None
+
+
+def clean_agent(name: str | None) -> str:
+    if name is None or name == "":
+        return settings.HERMESWEB_DEFAULT_AGENT
+    if name not in settings.HERMESWEB_AGENTS:
+        known = ", ".join(sorted(settings.HERMESWEB_AGENTS))
+        raise InvalidInput("unknown_agent", f"Unknown agent {name!r}; configured agents: {known}.", "agent")
+    return name
+
+
+def clean_running_default(value: str) -> str:
+    if value not in RunningDefault.values:
+        raise InvalidInput("validation_error", f"running_default must be one of {RunningDefault.values}.")
+    return value
+
+
+def clean_template(template: str) -> str:
+    """Refuse a template that could never render: unbalanced braces, fields that are not plain names."""
+    probe = Workflow(prompt_template=template)
+    try:
+        probe.render(dict.fromkeys(probe.variables(), ""))
+    except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
+        message = exc.args[0] if exc.args else str(exc)
+        raise InvalidInput(
+            "invalid_template", f"Invalid prompt template: {message}", "prompt_template"
+        ) from None
+    return template
+
+
+def _slug_base(name: str) -> str:
+    # Room is left for a "-NNNN" suffix.
+    return slugify(name)[: _SLUG_MAX - 8].strip("-") or "project"
+
+
+def unique_slug(owner: Any, name: str) -> str:
+    """The name's slug, or slug-2, slug-3 … whichever the owner has not used yet."""
+    base = _slug_base(name)
+    taken = set(Project.objects.filter(owner=owner, slug__startswith=base).values_list("slug", flat=True))
+    if base not in taken:
+        return base
+    suffix = 2
+    while f"{base}-{suffix}" in taken:
+        suffix += 1
+    return f"{base}-{suffix}"
+
+
+# ---------------------------------------------------------------- projects
+
+
+def do_create_project(
+    owner: Any, *, name: str, path: str, agent: str | None = None, running_default: str = RunningDefault.QUEUE
+) -> Project:
+    """Create a project owned by `owner` with a slug unique among the owner's projects.
+
+    Preconditions: none; `path` must resolve to an existing directory inside
+    HERMESWEB_ALLOWED_ROOTS and `agent` must be configured (None → the default).
+    A concurrent create that takes the same slug is retried with the next one.
+    """
+    fields = {
+        "name": name,
+        "path": clean_path(path),
+        "agent": clean_agent(agent),
+        "running_default": clean_running_default(running_default),
+    }
+    for _ in range(_SLUG_ATTEMPTS):
+        try:
+            with transaction.atomic():
+                return Project.objects.create(owner=owner, slug=unique_slug(owner, name), **fields)
+        except IntegrityError:
+            continue
+    raise Conflict("Could not choose a unique slug for this project; try again.")
+
+
+def do_update_project(
+    project: Project,
+    *,
+    name: str | None = None,
+    path: str | None = None,
+    agent: str | None = None,
+    running_default: str | None = None,
+) -> Project:
+    """Change the given fields; None leaves a field as it is. The slug stays stable.
+
+    The new path and agent take effect for the next run; a run in progress
+    keeps the working directory and agent process it started with.
+    """
+    if name is not None:
+        project.name = name
+    if path is not None:
+        project.path = clean_path(path)
+    if agent is not None:
+        project.agent = clean_agent(agent)
+    if running_default is not None:
+        project.running_default = clean_running_default(running_default)
+    project.save()
+    return project
+
+
+def do_delete_project(project: Project) -> None:
+    """Delete the project with its workflows, sessions, runs and journals.
+
+    Refused with Conflict while any of its sessions has an active run: the
+    runner holds that run's agent process and would write into a void.
+    """
+    from runs.models import Run
+
+    with transaction.atomic():
+        Project.objects.select_for_update().filter(pk=project.pk).first()
+        if Run.objects.filter(session__project=project).active().exists():
+            raise Conflict("A session of this project has an active run; cancel it first.")
+        project.delete()
+
+
+# ---------------------------------------------------------------- workflows
+
+
+def do_create_workflow(
+    project: Project,
+    *,
+    name: str,
+    prompt_template: str,
+    description: str = "",
+    agent_mode: str = "",
+    agent_model: str = "",
+) -> Workflow:
+    """Create a workflow; the template must render (see clean_template)."""
+    return Workflow.objects.create(
+        project=project,
+        name=name,
+        prompt_template=clean_template(prompt_template),
+        description=description,
+        agent_mode=agent_mode,
+        agent_model=agent_model,
+    )
+
+
+def do_update_workflow(
+    workflow: Workflow,
+    *,
+    name: str | None = None,
+    prompt_template: str | None = None,
+    description: str | None = None,
+    agent_mode: str | None = None,
+    agent_model: str | None = None,
+) -> Workflow:
+    """Change the given fields; None leaves a field as it is. Runs already launched keep their prompt."""
+    if name is not None:
+        workflow.name = name
+    if prompt_template is not None:
+        workflow.prompt_template = clean_template(prompt_template)
+    if description is not None:
+        workflow.description = description
+    if agent_mode is not None:
+        workflow.agent_mode = agent_mode
+    if agent_model is not None:
+        workflow.agent_model = agent_model
+    workflow.save()
+    return workflow
+
+
+def do_delete_workflow(workflow: Workflow) -> None:
+    """Delete the workflow; runs it launched stay (their source_meta names it)."""
+    workflow.delete()
+
+
+# ---------------------------------------------------------------- sessions
+
+
+def do_create_session(project: Project, *, title: str = "") -> Session:
+    """Create an empty, active session; the agent's sessionId is set by the runner on the first run."""
+    return Session.objects.create(project=project, title=title)
+
+
+def do_update_session(session: Session, *, title: str | None = None, status: str | None = None) -> Session:
+    """Rename, archive or reactivate. An archived session refuses new messages; a run in progress finishes."""
+    if title is not None:
+        session.title = title
+    if status is not None:
+        if status not in SessionStatus.values:
+            raise InvalidInput("validation_error", f"status must be one of {SessionStatus.values}.", "status")
+        session.status = status
+    session.save()
+    return session
+
+
+def do_delete_session(session: Session) -> None:
+    """Delete the session with its runs, journals and intents.
+
+    Refused with Conflict while it has an active run. The session row is locked
+    first so a message submitted concurrently (which locks it too) either lands
+    before the check or finds the session gone.
+    """
+    from runs.models import Run
+
+    with transaction.atomic():
+        Session.objects.select_for_update().filter(pk=session.pk).first()
+        if Run.objects.filter(session_id=session.pk).active().exists():
+            raise Conflict("The session has an active run; cancel it first.")
+        session.delete()

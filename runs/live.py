@@ -1,0 +1,649 @@
+"""Live delivery of a session's journal and state to WebSocket subscribers.
+
+Design note: docs/live-delivery.md. In each web process one `SessionFeed` per
+session joins the channel-layer group `session.{id}` (one subscription per
+process, not per socket) and tails the database: every 0.1 s without Redis,
+where the runner's notifications cannot reach us, every 2 s with it, as a
+safety net. The feed broadcasts contiguous, pre-encoded event frames and
+session snapshots to its `Subscription`s, one per socket. A subscription joins
+the feed first, then replays the journal after its cursors in bounded pages,
+then forwards the feed's frames, dropping any `(run_id, seq)` at or below what
+it already sent for that run and reading gaps from the database. Seqs are only
+ever compared within one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections import deque
+from collections.abc import Awaitable, Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db.models import Count, Max, Q
+
+from hermesweb.env import env_float
+from intents.models import PendingIntent
+from intents.services import intent_dict
+from projects.models import Session
+from runs import journal, notify
+from runs.models import ACTIVE_STATUSES, TERMINAL_STATUSES, EventType, Run
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_CHARS = 64 * 1024
+MAX_CURSORS = 1000
+# A subscriber this far behind its feed stops queueing and re-reads the database instead.
+SUBSCRIBER_BACKLOG_MAX = 2000
+# Events that may change the session snapshot (active run status, title).
+STATE_EVENTS = frozenset({EventType.RUN_STARTED, EventType.STATUS, EventType.DONE, EventType.TITLE_UPDATED})
+_TERMINAL = frozenset(s.value for s in TERMINAL_STATUSES)
+
+
+def tuning(name: str, default: float) -> float:
+    """A timing knob: the Django setting if defined, else the environment variable of that name."""
+    value = getattr(settings, name, None)
+    if value is not None:
+        return float(value)
+    return env_float(name, default, minimum=0.001)
+
+
+def heartbeat_seconds() -> float:
+    return tuning("HERMESWEB_LIVE_HEARTBEAT_SECONDS", 15.0)
+
+
+def poll_seconds(doorbell_crosses_processes: bool) -> float:
+    if doorbell_crosses_processes:
+        return tuning("HERMESWEB_LIVE_SAFETY_POLL_SECONDS", 2.0)
+    # The InMemory layer cannot carry the runner's notifications: latency comes from this poll.
+    return tuning("HERMESWEB_LIVE_POLL_SECONDS", 0.1)
+
+
+# ---------------------------------------------------------------- frames
+
+
+def encode(frame: dict[str, Any]) -> str:
+    return orjson.dumps(frame).decode()
+
+
+def event_frame(envelope: dict[str, Any]) -> str:
+    return encode({"type": "event", "event": envelope})
+
+
+def error_frame(code: str, message: str, **extra: Any) -> str:
+    return encode({"type": "error", "code": code, "message": message, **extra})
+
+
+PONG = encode({"type": "pong"})
+HEARTBEAT = encode({"type": "heartbeat"})
+
+
+class BadRequest(Exception):
+    code = "bad_request"
+
+
+@dataclass(frozen=True)
+class Subscribe:
+    after: dict[int, int]
+
+
+@dataclass(frozen=True)
+class Ping:
+    pass
+
+
+def parse_client_message(text: str | None) -> Subscribe | Ping:
+    """Validate one client frame; raises BadRequest with a message for the client."""
+    if text is None:
+        raise BadRequest("frames must be JSON text, not binary")
+    if len(text) > MAX_MESSAGE_CHARS:
+        raise BadRequest(f"frame longer than {MAX_MESSAGE_CHARS} characters")
+    try:
+        message = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise BadRequest("frame is not valid JSON") from None
+    if not isinstance(message, dict):
+        raise BadRequest("frame must be a JSON object")
+    kind = message.get("type")
+    if kind == "ping":
+        return Ping()
+    if kind != "subscribe":
+        raise BadRequest(f"unknown message type {kind!r}; expected 'subscribe' or 'ping'")
+    after = message.get("after")
+    if after is None:
+        after = {}
+    if not isinstance(after, dict):
+        raise BadRequest("'after' must be an object of run id → seq")
+    if len(after) > MAX_CURSORS:
+        raise BadRequest(f"at most {MAX_CURSORS} cursors")
+    cursors: dict[int, int] = {}
+    for key, seq in after.items():
+        if not (key.isascii() and key.isdigit() and len(key) <= 18):
+            raise BadRequest(f"run id {key!r} in 'after' is not a positive integer")
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < 2**53:
+            raise BadRequest(f"cursor for run {key} must be an integer seq ≥ 0")
+        cursors[int(key)] = seq
+    return Subscribe(cursors)
+
+
+# ---------------------------------------------------------------- database reads (sync)
+
+
+def can_view(user: Any, session_id: int) -> bool:
+    return Session.objects.visible_to(user).filter(pk=session_id).exists()
+
+
+def run_floor(session_id: int) -> int:
+    """The session's newest run id: runs above it started later (ids grow under the session lock)."""
+    return Run.objects.filter(session_id=session_id).aggregate(top=Max("pk"))["top"] or 0
+
+
+def session_snapshot(session_id: int) -> dict[str, Any] | None:
+    session = Session.objects.select_related("project").filter(pk=session_id).first()
+    if session is None:
+        return None
+    active = Run.objects.filter(session_id=session_id).active().values_list("pk", "status").first()
+    intents = PendingIntent.objects.filter(session_id=session_id).open().order_by("position", "id")
+    return {
+        "session_id": session.pk,
+        "status": session.status,
+        "active_run_id": active[0] if active else None,
+        "active_run_status": active[1] if active else None,
+        "title": session.title,
+        "commands": session.commands,
+        "intents": [intent_dict(intent) for intent in intents],
+        "agent": session.project.agent,
+        "running_default": session.project.running_default,
+    }
+
+
+@dataclass(frozen=True)
+class RunHead:
+    run_id: int
+    last_seq: int
+    status: str
+
+    @property
+    def terminal(self) -> bool:
+        return self.status in _TERMINAL
+
+
+def run_heads(session_id: int, run_ids: Collection[int] = (), above: int | None = None) -> list[RunHead]:
+    """The session's active runs, plus `run_ids`, plus runs newer than `above`."""
+    condition = Q(status__in=ACTIVE_STATUSES) | Q(pk__in=list(run_ids))
+    if above is not None:
+        condition |= Q(pk__gt=above)
+    rows = Run.objects.filter(session_id=session_id).filter(condition).order_by("pk")
+    return [
+        RunHead(pk, last_seq, status) for pk, last_seq, status in rows.values_list("pk", "last_seq", "status")
+    ]
+
+
+def session_marker(session_id: int, heads: list[RunHead] | None = None) -> tuple[Any, ...] | None:
+    """Cheap fingerprint of the snapshot; title and commands are written without bumping updated_at."""
+    row = (
+        Session.objects.filter(pk=session_id)
+        .values_list("updated_at", "title", "status", "commands", "project__updated_at")
+        .first()
+    )
+    if row is None:
+        return None
+    intents = PendingIntent.objects.filter(session_id=session_id).aggregate(
+        at=Max("updated_at"), n=Count("pk")
+    )
+    if heads is None:
+        active = Run.objects.filter(session_id=session_id).active().values_list("pk", "status").first()
+    else:
+        active = next(((h.run_id, h.status) for h in heads if not h.terminal), None)
+    return (*row, intents["at"], intents["n"], active)
+
+
+def poll_state(
+    session_id: int, watched: Collection[int], above: int
+) -> tuple[list[RunHead], tuple[Any, ...] | None]:
+    heads = run_heads(session_id, watched, above)
+    return heads, session_marker(session_id, heads)
+
+
+def feed_start_state(session_id: int) -> tuple[int, list[RunHead], tuple[Any, ...] | None]:
+    # The floor first: a run created after this read has a higher id, so the feed follows it.
+    floor = run_floor(session_id)
+    heads, marker = poll_state(session_id, (), floor)
+    return floor, heads, marker
+
+
+@dataclass
+class Page:
+    envelopes: list[dict[str, Any]]
+    more: bool
+
+
+def read_page(run_id: int, after_seq: int, upto: int | None = None) -> Page:
+    """Events of one run with after_seq < seq ≤ upto, one bounded page; CursorAhead/CursorExpired."""
+    run = Run.objects.only("pk", "session_id", "last_seq", "compacted_through").get(pk=run_id)
+    limit = settings.HERMESWEB_EVENTS_PAGE_MAX
+    if upto is not None:
+        limit = min(limit, max(upto - after_seq, 1))
+    events = journal.read_after(run, after_seq, limit)
+    last = events[-1].seq if events else after_seq
+    end = run.last_seq if upto is None else min(upto, run.last_seq)
+    return Page(journal.envelopes(events, run.session_id), more=bool(events) and last < end)
+
+
+@dataclass
+class Plan:
+    """What a subscribe resolves to: runs to replay (run id → cursor), errors to send, the run floor."""
+
+    cursors: dict[int, int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    refused: set[int] = field(default_factory=set)
+    floor: int = 0
+
+
+def plan_subscription(session_id: int, after: dict[int, int], floor_before: int) -> Plan:
+    """Resolve the client's cursors against the journal.
+
+    Cursored runs are followed from their cursor, ended or not, so a replay
+    reaches their terminal event. The active run, and any run started since
+    `floor_before` (read before the subscriber joined its feed), are followed
+    from seq 0 unless a cursor says otherwise.
+    """
+    plan = Plan(floor=run_floor(session_id))
+    runs = {
+        run.pk: run
+        for run in Run.objects.filter(session_id=session_id)
+        .filter(Q(pk__in=list(after)) | Q(status__in=ACTIVE_STATUSES) | Q(pk__gt=floor_before))
+        .only("pk", "last_seq", "compacted_through", "status")
+    }
+    for run_id, seq in after.items():
+        run = runs.get(run_id)
+        if run is None:
+            plan.refused.add(run_id)
+            plan.errors.append(
+                error_frame("bad_request", f"run {run_id} is not a run of this session", run_id=run_id)
+            )
+            continue
+        try:
+            journal.check_cursor(run, seq)
+        except journal.JournalError as exc:
+            plan.refused.add(run_id)
+            plan.errors.append(error_frame(exc.code, str(exc), run_id=run_id, last_seq=run.last_seq))
+            continue
+        plan.cursors[run_id] = seq
+    for run_id, run in runs.items():
+        if run_id not in after and (run.is_active or run_id > floor_before):
+            plan.cursors[run_id] = 0
+    return plan
+
+
+# ---------------------------------------------------------------- the per-process feed
+
+# Items a feed pushes to subscribers:
+#   ("events", run_id, [(seq, terminal, frame), …]) — contiguous, ascending
+#   ("session", generation, frame)
+#   ("gone",)
+Item = tuple[Any, ...]
+
+
+class SessionGone(Exception):
+    pass
+
+
+class SessionFeed:
+    """One session's live source in this process: one group membership, one poll, many sockets."""
+
+    def __init__(self, session_id: int) -> None:
+        self.session_id = session_id
+        self.subscribers: set[Subscription] = set()
+        self.heads: dict[int, int] = {}  # run id → highest seq broadcast
+        self.watched: set[int] = set()  # runs still to be polled although no longer active
+        self.floor = 0  # runs up to this id that were not active at start are not followed
+        self.newest = 0  # the poll also looks for runs above this id
+        self.marker: tuple[Any, ...] | None = None
+        self.generation = 0
+        self.snapshot_frame: str | None = None
+        self.lock = asyncio.Lock()
+        self.wake = asyncio.Event()
+        self.layer = get_channel_layer()
+        self.channel: str | None = None
+        self.crosses_processes = bool(settings.REDIS_URL)
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        # Join the group before reading the database: whatever commits after the read rings here.
+        if self.layer is not None:
+            try:
+                self.channel = await self.layer.new_channel()
+                await self.layer.group_add(notify.session_group(self.session_id), self.channel)
+            except Exception:
+                log.warning(
+                    "session %s: channel layer unavailable, polling only", self.session_id, exc_info=True
+                )
+                self.channel = None
+        self.floor, heads, self.marker = await database_sync_to_async(feed_start_state)(self.session_id)
+        self.newest = max([self.floor, *(head.run_id for head in heads)])
+        self.heads = {head.run_id: head.last_seq for head in heads}
+        self.watched = set(self.heads)
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._poll_loop()))
+        if self.channel is not None:
+            self._tasks.append(loop.create_task(self._listen_loop()))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.layer is not None and self.channel is not None:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(notify.session_group(self.session_id), self.channel)
+
+    # -------------------------------------------------------------- sources
+
+    def _poll_interval(self) -> float:
+        return poll_seconds(self.crosses_processes and self.channel is not None)
+
+    async def _poll_loop(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), self._poll_interval())
+            self.wake.clear()
+            try:
+                await self.check()
+            except Exception:
+                log.exception("session %s: live poll failed", self.session_id)
+                await asyncio.sleep(1.0)
+
+    async def _listen_loop(self) -> None:
+        assert self.layer is not None and self.channel is not None
+        while True:
+            message = await self.layer.receive(self.channel)
+            try:
+                await self.on_message(message)
+            except Exception:
+                log.exception("session %s: cannot handle channel-layer message", self.session_id)
+
+    async def on_message(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "run.events":
+            events = message.get("events")
+            async with self.lock:
+                await self._advance(int(message["run_id"]), int(message["last_seq"]), events or [])
+            if events is None or any(e.get("type") in STATE_EVENTS for e in events):
+                self.wake.set()
+        elif kind == "session.changed":
+            self.wake.set()
+
+    async def check(self) -> None:
+        """Read the database: broadcast what the doorbell missed and any change of the snapshot."""
+        async with self.lock:
+            heads, marker = await database_sync_to_async(poll_state)(
+                self.session_id, self.watched, self.newest
+            )
+            for head in heads:
+                await self._advance(head.run_id, head.last_seq, [])
+                if head.terminal and self.heads.get(head.run_id) == head.last_seq:
+                    self.watched.discard(head.run_id)
+            if marker is None:
+                self._broadcast(("gone",))
+            elif marker != self.marker:
+                self.marker = marker
+                await self._refresh_snapshot()
+
+    # -------------------------------------------------------------- under the lock
+
+    async def _advance(self, run_id: int, last_seq: int, inline: list[dict[str, Any]]) -> None:
+        """Broadcast run_id's events up to last_seq: inline ones if contiguous, else from the database."""
+        high = self.heads.get(run_id)
+        if high is None:
+            if run_id <= self.floor:
+                return  # it ended before this feed started; subscribers replay it themselves
+            high = 0  # a run that started since: follow it from its first event
+            self.watched.add(run_id)
+            self.newest = max(self.newest, run_id)
+        fresh = [envelope for envelope in inline if envelope["seq"] > high]
+        if fresh and fresh[0]["seq"] == high + 1:
+            self._broadcast_events(run_id, fresh)
+            high = fresh[-1]["seq"]
+        target = max(last_seq, fresh[-1]["seq"] if fresh else 0)
+        while high < target:
+            try:
+                page = await database_sync_to_async(read_page)(run_id, high, target)
+            except (journal.JournalError, Run.DoesNotExist):
+                # Compacted or deleted: each subscriber meets the same answer when it repairs the gap.
+                log.warning("session %s: cannot read run %s after seq %s", self.session_id, run_id, high)
+                high = target
+                break
+            if not page.envelopes:
+                break
+            self._broadcast_events(run_id, page.envelopes)
+            high = page.envelopes[-1]["seq"]
+        self.heads[run_id] = high
+
+    async def _refresh_snapshot(self) -> None:
+        snapshot = await database_sync_to_async(session_snapshot)(self.session_id)
+        if snapshot is None:
+            self._broadcast(("gone",))
+            return
+        frame = encode({"type": "session", "session": snapshot})
+        if frame != self.snapshot_frame:
+            self.generation += 1
+            self.snapshot_frame = frame
+            self._broadcast(("session", self.generation, frame))
+
+    def _broadcast_events(self, run_id: int, envelopes: list[dict[str, Any]]) -> None:
+        # Encoded once for all the sockets of this process.
+        batch = [(e["seq"], bool(e["terminal"]), event_frame(e)) for e in envelopes]
+        self._broadcast(("events", run_id, batch))
+
+    def _broadcast(self, item: Item) -> None:
+        for subscriber in tuple(self.subscribers):
+            subscriber.push(item)
+
+    # -------------------------------------------------------------- for subscribers
+
+    async def snapshot(self) -> tuple[int, str]:
+        """A snapshot read now (so no older than anything broadcast before), with its generation."""
+        async with self.lock:
+            self.marker = await database_sync_to_async(session_marker)(self.session_id)
+            await self._refresh_snapshot()
+            if self.marker is None or self.snapshot_frame is None:
+                raise SessionGone(self.session_id)
+            return self.generation, self.snapshot_frame
+
+
+class LiveHub:
+    """The feeds of one event loop (one web process), by session."""
+
+    def __init__(self) -> None:
+        self.feeds: dict[int, SessionFeed] = {}
+        self._starting: dict[SessionFeed, asyncio.Future[None]] = {}
+
+    def join(self, session_id: int, subscriber: Subscription) -> SessionFeed:
+        feed = self.feeds.get(session_id)
+        if feed is None:
+            feed = self.feeds[session_id] = SessionFeed(session_id)
+            self._starting[feed] = asyncio.ensure_future(feed.start())
+        feed.subscribers.add(subscriber)
+        return feed
+
+    async def ready(self, feed: SessionFeed) -> None:
+        # Shielded: one subscriber going away must not cancel the start others wait on.
+        await asyncio.shield(self._starting[feed])
+
+    async def leave(self, feed: SessionFeed, subscriber: Subscription) -> None:
+        feed.subscribers.discard(subscriber)
+        if feed.subscribers:
+            return
+        if self.feeds.get(feed.session_id) is feed:
+            del self.feeds[feed.session_id]
+        starting = self._starting.pop(feed, None)
+        if starting is not None:
+            with contextlib.suppress(Exception):
+                await starting
+            await feed.stop()
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub] = weakref.WeakKeyDictionary()
+
+
+def get_hub() -> LiveHub:
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = LiveHub()
+    return hub
+
+
+# ---------------------------------------------------------------- one socket's subscription
+
+
+class Subscription:
+    """One socket's view of a session: a cursor per run, never a seq sent twice."""
+
+    def __init__(
+        self, session_id: int, after: dict[int, int], send: Callable[[str], Awaitable[None]]
+    ) -> None:
+        self.session_id = session_id
+        self.after = after
+        self._send = send
+        self.sent: dict[int, int] = {}  # run id → highest seq sent on this socket
+        self.followed: set[int] = set()
+        self.refused: set[int] = set()
+        self.done: set[int] = set()
+        self.floor = 0  # runs above this id are new to this socket: followed from seq 0
+        self.generation = 0
+        self.snapshot_frame: str | None = None
+        self.backlog: deque[Item] = deque()
+        self.overflowed = False
+        self._ready = asyncio.Event()
+        self.hub: LiveHub | None = None
+        self.feed: SessionFeed | None = None
+
+    def push(self, item: Item) -> None:
+        """Called by the feed; never blocks it. A subscriber that falls too far behind resyncs."""
+        if len(self.backlog) >= SUBSCRIBER_BACKLOG_MAX:
+            self.backlog.clear()
+            self.overflowed = True
+        else:
+            self.backlog.append(item)
+        self._ready.set()
+
+    async def run(self) -> None:
+        """Join, replay, stream until cancelled. Raises SessionGone when the session disappears."""
+        try:
+            await self._run()
+        finally:
+            if self.hub is not None and self.feed is not None:
+                feed, self.feed = self.feed, None
+                await self.hub.leave(feed, self)
+
+    async def _run(self) -> None:
+        floor_before = await database_sync_to_async(run_floor)(self.session_id)
+        self.hub = get_hub()
+        self.feed = self.hub.join(self.session_id, self)
+        await self.hub.ready(self.feed)
+        plan = await database_sync_to_async(plan_subscription)(self.session_id, self.after, floor_before)
+        generation, frame = await self.feed.snapshot()
+        await self._send_snapshot(generation, frame)
+        for error in plan.errors:
+            await self._send(error)
+        self.floor = plan.floor
+        self.refused = set(plan.refused)
+        for run_id in sorted(plan.cursors):
+            self.followed.add(run_id)
+            self.sent[run_id] = plan.cursors[run_id]
+            await self.catch_up(run_id)
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            if self.overflowed:
+                self.overflowed = False
+                await self.resync()
+            while self.backlog:
+                await self.handle(self.backlog.popleft())
+
+    async def handle(self, item: Item) -> None:
+        kind = item[0]
+        if kind == "events":
+            await self.deliver(item[1], item[2])
+        elif kind == "session":
+            await self._send_snapshot(item[1], item[2])
+        elif kind == "gone":
+            raise SessionGone(self.session_id)
+
+    def _follows(self, run_id: int) -> bool:
+        if run_id in self.refused or run_id in self.done:
+            return False
+        if run_id not in self.followed:
+            if run_id <= self.floor:
+                return False  # neither asked for nor new
+            self.followed.add(run_id)
+            self.sent[run_id] = 0
+        return True
+
+    async def deliver(self, run_id: int, batch: list[tuple[int, bool, str]]) -> None:
+        if not self._follows(run_id):
+            return
+        for seq, terminal, frame in batch:
+            if seq <= self.sent[run_id]:
+                continue
+            if seq > self.sent[run_id] + 1:
+                await self.catch_up(run_id, upto=seq - 1)
+                if run_id in self.refused or run_id in self.done or seq <= self.sent[run_id]:
+                    return
+            await self._send(frame)
+            self.sent[run_id] = seq
+            if terminal:
+                self.done.add(run_id)
+                return
+
+    async def catch_up(self, run_id: int, upto: int | None = None) -> None:
+        """Send run_id's events after what this socket has, from the database, in pages."""
+        while run_id not in self.done and (upto is None or self.sent[run_id] < upto):
+            try:
+                page = await database_sync_to_async(read_page)(run_id, self.sent[run_id], upto)
+            except journal.JournalError as exc:
+                self.refused.add(run_id)
+                await self._send(error_frame(exc.code, str(exc), run_id=run_id))
+                return
+            except Run.DoesNotExist:
+                self.refused.add(run_id)
+                return
+            for envelope in page.envelopes:
+                await self._send(event_frame(envelope))
+                self.sent[run_id] = envelope["seq"]
+                if envelope["terminal"]:
+                    self.done.add(run_id)
+            if not page.more:
+                return
+
+    async def resync(self) -> None:
+        """The backlog was dropped: the database has everything it held."""
+        assert self.feed is not None
+        pending = [
+            run_id for run_id in self.followed if run_id not in self.done and run_id not in self.refused
+        ]
+        heads = await database_sync_to_async(run_heads)(self.session_id, pending, self.floor)
+        for head in heads:
+            if self._follows(head.run_id):
+                await self.catch_up(head.run_id)
+        generation, frame = await self.feed.snapshot()
+        await self._send_snapshot(generation, frame)
+
+    async def _send_snapshot(self, generation: int, frame: str) -> None:
+        # Generations order the feed's reads: an older snapshot never follows a newer one.
+        if generation <= self.generation:
+            return
+        self.generation = generation
+        if frame != self.snapshot_frame:
+            self.snapshot_frame = frame
+            await self._send(frame)

@@ -1,0 +1,118 @@
+"""Shared fixtures: users, API clients, an allowed project root per test.
+
+pytest-django loads settings before this file is imported, so HERMESWEB_DATA_DIR
+cannot be redirected from here; instead each run gets its own test database
+(below), which keeps two concurrent `pytest` runs in one checkout apart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+
+from tests import factories
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Hashing a password with the production hasher takes ~0.3 s per user.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    vendor = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    skip_postgres = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://…")
+    skip_redis = pytest.mark.skip(reason="needs Redis: set REDIS_URL=redis://…")
+    for item in items:
+        if "postgres" in item.keywords and vendor not in ("postgresql", "postgis"):
+            item.add_marker(skip_postgres)
+        if "redis" in item.keywords and not getattr(settings, "REDIS_URL", ""):
+            item.add_marker(skip_redis)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: None) -> Iterator[None]:
+    """A test database of this run's own: SQLite in a temp dir, PostgreSQL suffixed with the pid."""
+    db = settings.DATABASES["default"]
+    test = db.setdefault("TEST", {})
+    directory = None
+    if db["ENGINE"].endswith("sqlite3"):
+        directory = tempfile.mkdtemp(prefix="hermesweb-test-db-")
+        test["NAME"] = os.path.join(directory, "test.sqlite3")
+    else:
+        test["NAME"] = f"{test.get('NAME') or 'test_' + db['NAME']}_{os.getpid()}"
+    yield
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def allowed_root(tmp_path: Path, settings: Any) -> Path:
+    """Project paths are validated against HERMESWEB_ALLOWED_ROOTS: a fresh root per test."""
+    root = (tmp_path / "projects").resolve()
+    root.mkdir()
+    settings.HERMESWEB_ALLOWED_ROOTS = [root]
+    return root
+
+
+@pytest.fixture
+def user(db: None) -> Any:
+    return factories.UserFactory(username="ada")
+
+
+@pytest.fixture
+def other_user(db: None) -> Any:
+    return factories.UserFactory(username="mallory")
+
+
+@pytest.fixture
+def staff_user(db: None) -> Any:
+    return factories.UserFactory(username="root", is_staff=True)
+
+
+@pytest.fixture
+def api(user: Any) -> Client:
+    """A browser-like client signed in as `user` (session auth; CSRF not enforced)."""
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def anonymous() -> Client:
+    return Client()
+
+
+def token_client(user: Any) -> Client:
+    _, raw = factories.ApiToken.issue(user, name="tests")
+    return Client(headers={"Authorization": f"Bearer {raw}"})
+
+
+@pytest.fixture
+def bearer(user: Any) -> Client:
+    """A script-like client authenticated by `user`'s personal token."""
+    return token_client(user)
+
+
+@pytest.fixture
+def project(user: Any) -> Any:
+    return factories.ProjectFactory(owner=user)
+
+
+@pytest.fixture
+def session(project: Any) -> Any:
+    return factories.SessionFactory(project=project)
+
+
+@pytest.fixture
+def database_name() -> str:
+    """The test database's name as other processes must use it."""
+    return str(connection.settings_dict["NAME"])

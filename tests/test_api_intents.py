@@ -1,0 +1,212 @@
+"""Pending intents over the API: list, edit with versions, withdraw, steer, stop-and-send."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from intents.models import IntentKind, IntentState, PendingIntent
+from runs.models import Control, ControlKind, Run, RunStatus
+from tests.factories import PendingIntentFactory, ProjectFactory, RunFactory, SessionFactory
+
+pytestmark = pytest.mark.django_db
+
+JSON = "application/json"
+
+
+@pytest.fixture
+def busy(session: Any) -> Run:
+    """The session's active, executing run."""
+    return RunFactory(session=session, status=RunStatus.RUNNING)
+
+
+def test_it_lists_the_sessions_open_intents_in_queue_order(api: Client, session: Any) -> None:
+    second = PendingIntentFactory(session=session, position=1, text="second")
+    first = PendingIntentFactory(session=session, position=0, text="first")
+    gone = PendingIntentFactory(session=session, position=2, state=IntentState.DELETED)
+
+    open_ids = [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents").json()]
+    all_ids = [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents?include_closed=true").json()]
+
+    assert open_ids == [first.pk, second.pk]
+    assert all_ids == [first.pk, second.pk, gone.pk]
+
+
+def test_an_intent_is_serialised_with_every_field(api: Client, session: Any) -> None:
+    intent = PendingIntentFactory(session=session)
+    body = api.get(f"/api/sessions/{session.pk}/intents").json()[0]
+
+    assert set(body) == {
+        "id", "session_id", "client_id", "kind", "state", "text", "attachments", "position", "version",
+        "source", "source_meta", "target_run_id", "run_id", "reason", "created_at", "updated_at",
+    }  # fmt: skip
+    assert (body["id"], body["version"], body["state"]) == (intent.pk, 1, "waiting")
+
+
+def test_it_edits_text_when_the_version_matches(api: Client, session: Any, busy: Run) -> None:
+    intent = PendingIntentFactory(session=session)
+
+    response = api.patch(f"/api/intents/{intent.pk}", {"version": 1, "text": "Edited"}, content_type=JSON)
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "accepted"
+    assert response.json()["intent"]["text"] == "Edited"
+    assert response.json()["intent"]["version"] == 2
+
+
+def test_a_stale_version_is_a_409_carrying_the_current_intent(api: Client, session: Any, busy: Run) -> None:
+    intent = PendingIntentFactory(session=session, version=3, text="Current")
+
+    response = api.patch(
+        f"/api/intents/{intent.pk}", {"version": 2, "text": "Lost update"}, content_type=JSON
+    )
+
+    assert response.status_code == 409
+    body = response.json()
+    assert body["code"] == "conflict"
+    assert body["details"]["intent"]["text"] == "Current"
+    assert body["details"]["intent"]["version"] == 3
+    intent.refresh_from_db()
+    assert intent.text == "Current"
+
+
+def test_it_moves_an_intent(api: Client, session: Any, busy: Run) -> None:
+    a = PendingIntentFactory(session=session, position=0)
+    b = PendingIntentFactory(session=session, position=1)
+
+    response = api.patch(f"/api/intents/{b.pk}", {"version": 1, "position": 0}, content_type=JSON)
+
+    assert response.json()["intent"]["position"] == 0
+    assert [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents").json()] == [b.pk, a.pk]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"text": "x"},
+        {"version": 0},
+        {"version": "one"},
+        {"version": 2**40},
+        {"version": 1, "position": -1},
+    ],
+)
+def test_a_malformed_edit_is_a_422(api: Client, session: Any, body: dict[str, Any]) -> None:
+    intent = PendingIntentFactory(session=session)
+    response = api.patch(f"/api/intents/{intent.pk}", body, content_type=JSON)
+    assert response.status_code == 422
+    assert response.json()["code"] == "validation_error"
+
+
+def test_editing_a_dispatched_intent_is_answered_not_active(api: Client, session: Any) -> None:
+    intent = PendingIntentFactory(session=session, state=IntentState.DISPATCHED)
+
+    response = api.patch(f"/api/intents/{intent.pk}", {"version": 1, "text": "late"}, content_type=JSON)
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "not_active"
+
+
+@pytest.mark.parametrize("how", ["query", "body", "none"])
+def test_it_withdraws_an_intent_with_the_version_in_query_or_body(
+    api: Client, session: Any, busy: Run, how: str
+) -> None:
+    intent = PendingIntentFactory(session=session)
+    url = f"/api/intents/{intent.pk}"
+
+    if how == "query":
+        response = api.delete(f"{url}?version=1")
+    elif how == "body":
+        response = api.delete(url, {"version": 1}, content_type=JSON)
+    else:
+        response = api.delete(url)
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "accepted"
+    intent.refresh_from_db()
+    assert intent.state == IntentState.DELETED
+
+
+def test_withdrawing_with_a_stale_version_is_a_409(api: Client, session: Any) -> None:
+    intent = PendingIntentFactory(session=session, version=2)
+    response = api.delete(f"/api/intents/{intent.pk}?version=1")
+    assert response.status_code == 409
+    assert response.json()["details"]["intent"]["version"] == 2
+
+
+def test_withdrawing_twice_is_a_duplicate(api: Client, session: Any) -> None:
+    intent = PendingIntentFactory(session=session)
+    api.delete(f"/api/intents/{intent.pk}")
+    assert api.delete(f"/api/intents/{intent.pk}").json()["status"] == "duplicate"
+
+
+def test_a_queued_intent_can_be_upgraded_to_steer(api: Client, session: Any, busy: Run) -> None:
+    intent = PendingIntentFactory(session=session)
+
+    response = api.post(f"/api/intents/{intent.pk}/steer")
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "accepted"
+    assert response.json()["intent"]["kind"] == IntentKind.STEER
+    assert Control.objects.filter(run=busy, kind=ControlKind.STEER).exists()
+
+
+def test_steering_with_no_run_to_take_it_is_a_409_with_the_reason(api: Client, session: Any) -> None:
+    intent = PendingIntentFactory(session=session)
+
+    response = api.post(f"/api/intents/{intent.pk}/steer")
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "conflict"
+    assert response.json()["details"]["intent"]["reason"]
+
+
+def test_stop_and_send_cancels_the_run_and_sends_the_intent_next(
+    api: Client, session: Any, busy: Run
+) -> None:
+    intent = PendingIntentFactory(session=session)
+
+    response = api.post(f"/api/intents/{intent.pk}/stop-and-send")
+
+    assert response.status_code == 200
+    assert response.json()["status"] == "accepted"
+    assert response.json()["intent"]["state"] == IntentState.STOPPING
+    busy.refresh_from_db()
+    assert busy.status == RunStatus.CANCELLING
+    assert api.post(f"/api/intents/{intent.pk}/stop-and-send").json()["status"] == "duplicate"
+
+
+def test_stop_and_send_with_nothing_running_sends_at_once(api: Client, session: Any) -> None:
+    intent = PendingIntentFactory(session=session)
+
+    body = api.post(f"/api/intents/{intent.pk}/stop-and-send").json()
+
+    intent.refresh_from_db()
+    assert body["status"] == "accepted"
+    assert intent.run is not None
+    assert intent.run.prompt_text == intent.text
+
+
+@pytest.mark.parametrize(
+    ("method", "suffix"), [("patch", ""), ("delete", ""), ("post", "/steer"), ("post", "/stop-and-send")]
+)
+def test_someone_elses_intent_is_a_404(api: Client, other_user: Any, method: str, suffix: str) -> None:
+    theirs = PendingIntentFactory(session=SessionFactory(project=ProjectFactory(owner=other_user)))
+
+    response = getattr(api, method)(f"/api/intents/{theirs.pk}{suffix}", {"version": 1}, content_type=JSON)
+
+    assert response.status_code == 404
+    theirs.refresh_from_db()
+    assert (theirs.state, theirs.version) == (IntentState.WAITING, 1)
+
+
+def test_someone_elses_session_intents_are_a_404(api: Client, other_user: Any) -> None:
+    theirs = SessionFactory(project=ProjectFactory(owner=other_user))
+    assert api.get(f"/api/sessions/{theirs.pk}/intents").status_code == 404
+
+
+def test_an_unknown_intent_is_a_404(api: Client) -> None:
+    assert api.post(f"/api/intents/{2**70}/steer").status_code == 404
+    assert not PendingIntent.objects.exists()
