@@ -46,8 +46,10 @@ def builtin_agents(data_dir: Path) -> dict[str, dict[str, Any]]:
             "env": {
                 "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
                 "HERMESWEB_DEMO_DELAY": os.environ.get("HERMESWEB_DEMO_DELAY", "0.02"),
+                "HERMESWEB_DEMO_STEER": os.environ.get("HERMESWEB_DEMO_STEER", "slash"),
             },
-            "steer": "slash",
+            # "/steer" by default; `_session/steering` when HERMESWEB_DEMO_STEER=extension.
+            "steer": "extension" if os.environ.get("HERMESWEB_DEMO_STEER") == "extension" else "slash",
         },
         "hermes": {
             "command": os.environ.get("HERMESWEB_HERMES_COMMAND", "hermes-acp"),

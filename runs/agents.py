@@ -160,7 +160,12 @@ class AgentProcess:
         meta = data.get("_meta") or {}
         steer = self.spec.steer
         if steer == "auto":
-            steer = "slash" if meta.get("steer") == "slash" else "none"
+            if meta.get("steer") == "slash":
+                steer = "slash"
+            elif "_session/steering" in meta or "session/steering" in meta:
+                steer = "extension"
+            else:
+                steer = "none"
         caps = data.get("agentCapabilities", {})
         return {
             "agent_info": data.get("agentInfo", {}),

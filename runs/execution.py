@@ -493,15 +493,21 @@ class RunExecution:
             return
         self.steers_in_flight += 1
         try:
-            prompt = self.process.conn.prompt(
-                session_id=self.agent_session_id, prompt=[acp.text_block(f"/steer {text}")]
-            )
-            await self.process.call(prompt, 30)
+            if steer == "extension":
+                outcome = await self._steer_by_extension(text)
+            else:
+                prompt = self.process.conn.prompt(
+                    session_id=self.agent_session_id, prompt=[acp.text_block(f"/steer {text}")]
+                )
+                await self.process.call(prompt, 30)
+                outcome = "delivered"
         except (AgentDied, TimeoutError, acp.RequestError) as exc:
-            await sync_to_async(_steer_failed)(control.pk, intent_id, f"The agent refused the steer: {exc}")
-            return
+            outcome = f"The agent refused the steer: {exc}"
         finally:
             self.steers_in_flight -= 1
+        if outcome != "delivered":
+            await sync_to_async(_steer_failed)(control.pk, intent_id, outcome)
+            return
         await self.writer.flush(
             [
                 NewEvent(
@@ -510,6 +516,21 @@ class RunExecution:
             ],
             also=lambda: _steer_delivered(control.pk, intent_id),
         )
+
+    async def _steer_by_extension(self, text: str) -> str:
+        """`_session/steering` (codex-acp, claude-agent-acp): "delivered", or why it was not."""
+        assert self.process is not None
+        request = self.process.conn.ext_method(
+            "session/steering",
+            {"sessionId": self.agent_session_id, "prompt": [{"type": "text", "text": text}]},
+        )
+        answer = await self.process.call(request, 30) or {}
+        outcome = answer.get("outcome")
+        if outcome == "injected":
+            return "delivered"
+        # "startedNewTurn" would be a turn this workbench does not track: refuse it as a steer.
+        reason = answer.get("reason") or outcome or "no answer"
+        return f"The agent did not inject the steer ({reason})."
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

@@ -7,8 +7,8 @@ database; the demo agent is a real ACP process spawned by the runner.
 from __future__ import annotations
 
 import signal
-from itertools import pairwise
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -286,3 +286,28 @@ def test_two_runners_never_execute_the_same_run_nor_two_runs_of_one_session(
         for (_, end), (start, _) in pairwise(spans):
             assert end <= start, "two runs of one session overlapped"
     assert set(by_runner) == {"a", "b"}, by_runner
+
+
+def test_steer_reaches_an_agent_that_advertises_the_session_steering_extension(
+    runners: list[Proc], logs: Path, db: None, settings: Any
+) -> None:
+    from hermesweb.agents import load_agents
+
+    env = {"HERMESWEB_DEMO_STEER": "extension", "HERMESWEB_DEMO_DELAY": "0.005"}
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in env.items():
+            mp.setenv(key, value)
+        settings.HERMESWEB_AGENTS = load_agents(settings.DATA_DIR)
+    assert settings.HERMESWEB_AGENTS["demo"].steer == "extension"
+    runners.append(start_runner(logs, "extension", **env))
+    session = factories.SessionFactory(project__agent="demo")
+    run = run_of(submit(session, "toolloop"))
+    wait_event(run, "tool.started")
+    steer = submit(session, "keep it short", mode="steer")
+    delivered = wait_event(run, "steer.delivered")
+    assert delivered.payload["text"] == "keep it short"
+    wait_status(run, RunStatus.COMPLETED, log=runners[-1].log)
+    assert "Steer received: keep it short" in state(run)["text"]
+    assert steer.intent is not None
+    steer.intent.refresh_from_db()
+    assert steer.intent.state == "delivered"

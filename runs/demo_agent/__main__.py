@@ -14,6 +14,7 @@ from .agent import DemoAgent
 from .store import HOME_ENV, SessionStore, resolve_home
 
 DELAY_ENV = "HERMESWEB_DEMO_DELAY"
+STEER_ENV = "HERMESWEB_DEMO_STEER"  # "extension": advertise _session/steering instead of /steer
 DEFAULT_DELAY = 0.02
 
 
@@ -40,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr, level=logging.WARNING, format="demo-agent %(levelname)s %(message)s"
     )
     delay = max(0.0, args.delay) if args.delay is not None else _delay_from_env()
-    agent = DemoAgent(SessionStore(resolve_home(args.home)), delay=delay)
+    steer = "extension" if os.environ.get(STEER_ENV) == "extension" else "slash"
+    agent = DemoAgent(SessionStore(resolve_home(args.home)), delay=delay, steer=steer)
     try:
         # Unstable on: session/resume and session/close are routed only with it.
         asyncio.run(run_agent(agent, use_unstable_protocol=True))

@@ -118,9 +118,12 @@ def parse_command(text: str) -> tuple[str, str] | None:
 
 
 class DemoAgent:
-    def __init__(self, store: SessionStore, *, delay: float) -> None:
+    def __init__(self, store: SessionStore, *, delay: float, steer: str = "slash") -> None:
         self._store = store
         self._delay = delay
+        # "slash": `/steer text` as a second prompt (Hermes); "extension": the
+        # `_session/steering` request codex-acp and claude-agent-acp advertise.
+        self._steer = steer
         self._conn: Client | None = None
         self._client_capabilities: ClientCapabilities | None = None
         self._sessions: dict[str, LiveSession] = {}
@@ -159,8 +162,10 @@ class DemoAgent:
             ),
             auth_methods=[],
             agent_info=Implementation(name=AGENT_NAME, title="hermesweb demo agent", version=__version__),
-            # Clients detect "/steer during a turn" support from this (Hermes-style slash steer).
-            field_meta={"steer": "slash"},
+            # Clients detect how steer reaches a running turn from this.
+            field_meta={"steer": "slash"}
+            if self._steer == "slash"
+            else {"_session/steering": {"version": 1}},
         )
 
     async def new_session(
@@ -282,6 +287,24 @@ class DemoAgent:
         _, script = pick_script(text)
         delay = 0.0 if wants_fast(text) else self._delay
         return await self._run_turn(live, text, script, auto_title=True, delay=delay)
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """`_session/steering {sessionId, prompt}` → `{outcome: injected | startedNewTurn | failed}`."""
+        if method != "session/steering" or self._steer != "extension":
+            raise RequestError.method_not_found(f"_{method}")
+        live = self._sessions.get(str(params.get("sessionId", "")))
+        if live is None:
+            raise RequestError.resource_not_found(str(params.get("sessionId")))
+        blocks = params.get("prompt") or []
+        text = "\n".join(b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text")
+        if not text.strip():
+            return {"outcome": "failed", "reason": "empty guidance"}
+        if live.turn is None:
+            # No turn to steer: like codex-acp, the guidance would start a new turn. The
+            # workbench never relies on that; it reports it and the guidance is not run here.
+            return {"outcome": "failed", "reason": "no turn is running"}
+        live.turn.steers.append(text)
+        return {"outcome": "injected"}
 
     async def _queue_steer(self, live: LiveSession, steer: str) -> PromptResponse:
         assert live.turn is not None
