@@ -167,6 +167,11 @@ HERMESWEB_SHUTDOWN_GRACE_SECONDS = env_float("HERMESWEB_SHUTDOWN_GRACE_SECONDS",
 HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
 HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, minimum=1)
 HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 1000, minimum=1)
+# Live delivery (docs/live-delivery.md): the embedded default tails the database at
+# LIVE_POLL; with Redis a slower safety poll repairs anything a lost notification hid.
+HERMESWEB_LIVE_POLL_SECONDS = env_float("HERMESWEB_LIVE_POLL_SECONDS", 0.1, minimum=0.001)
+HERMESWEB_LIVE_SAFETY_POLL_SECONDS = env_float("HERMESWEB_LIVE_SAFETY_POLL_SECONDS", 2.0, minimum=0.001)
+HERMESWEB_LIVE_HEARTBEAT_SECONDS = env_float("HERMESWEB_LIVE_HEARTBEAT_SECONDS", 15.0, minimum=0.001)
 HERMESWEB_LOG_DIR = DATA_DIR / "logs"
 HERMESWEB_LOG_DIR.mkdir(parents=True, exist_ok=True)
 

@@ -1,0 +1,98 @@
+"""The session socket admits only a signed-in user who can see the session, from our own origin."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from websockets.exceptions import InvalidStatus
+
+from tests import factories
+from tests.support.live import LiveStack, layer, live, session_cookie  # noqa: F401
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def stack(live: LiveStack) -> LiveStack:
+    live.start_daphne(HERMESWEB_LIVE_HEARTBEAT_SECONDS="0.3")
+    return live
+
+
+def test_it_closes_an_anonymous_socket_with_4401(stack: LiveStack) -> None:
+    session = factories.SessionFactory()
+    socket = stack.socket(session.pk, cookie=None)
+    assert socket.close_code() == 4401
+
+
+def test_it_closes_with_4404_for_someone_elses_session(stack: LiveStack) -> None:
+    session = factories.SessionFactory()
+    mallory = factories.UserFactory(username="mallory")
+    socket = stack.socket(session.pk, session_cookie(mallory))
+    assert socket.close_code() == 4404
+
+
+def test_it_closes_with_4404_for_a_missing_session(stack: LiveStack) -> None:
+    user = factories.UserFactory()
+    socket = stack.socket(987654, session_cookie(user))
+    assert socket.close_code() == 4404
+
+
+def test_staff_may_watch_any_session(stack: LiveStack) -> None:
+    session = factories.SessionFactory()
+    root = factories.UserFactory(username="root", is_staff=True)
+    socket = stack.socket(session.pk, session_cookie(root))
+    socket.subscribe()
+    assert socket.session()["session_id"] == session.pk
+
+
+@pytest.mark.parametrize("origin", ["http://evil.example", "http://127.0.0.1.evil.example", None])
+def test_it_refuses_a_cross_origin_handshake(stack: LiveStack, origin: str | None) -> None:
+    session = factories.SessionFactory()
+    with pytest.raises(InvalidStatus) as refused:
+        stack.socket(session.pk, session_cookie(session.project.owner), origin=origin)
+    assert refused.value.response.status_code == 403
+
+
+def test_it_answers_ping_and_sends_cursorless_heartbeats(stack: LiveStack) -> None:
+    session = factories.SessionFactory()
+    socket = stack.socket(session.pk, session_cookie(session.project.owner))
+    socket.send(type="ping")
+    assert socket.until(lambda f: f["type"] == "pong")
+    heartbeat = socket.until(lambda f: f["type"] == "heartbeat", timeout=10)[-1]
+    assert heartbeat == {"type": "heartbeat"}
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ("not json", "not valid JSON"),
+        ("[1, 2]", "JSON object"),
+        ('{"type": "dance"}', "unknown message type"),
+        ('{"type": "subscribe", "after": [1]}', "'after' must be an object"),
+        ('{"type": "subscribe", "after": {"x": 1}}', "not a positive integer"),
+        ('{"type": "subscribe", "after": {"1": -1}}', "integer seq"),
+        ('{"type": "subscribe", "after": {"1": "3"}}', "integer seq"),
+        ('{"type": "subscribe", "after": {"1": true}}', "integer seq"),
+    ],
+)
+def test_a_malformed_message_gets_bad_request_and_the_socket_stays_open(
+    stack: LiveStack, raw: str, why: str
+) -> None:
+    session = factories.SessionFactory()
+    socket = stack.socket(session.pk, session_cookie(session.project.owner))
+    socket.ws.send(raw)
+    error = socket.until(lambda f: f["type"] == "error")[-1]
+    assert error["code"] == "bad_request"
+    assert why in error["message"]
+    socket.send(type="ping")
+    assert socket.until(lambda f: f["type"] == "pong")
+
+
+def test_a_binary_frame_gets_bad_request(stack: LiveStack) -> None:
+    session: Any = factories.SessionFactory()
+    socket = stack.socket(session.pk, session_cookie(session.project.owner))
+    socket.ws.send(b'{"type": "ping"}')
+    assert socket.until(lambda f: f["type"] == "error")[-1]["code"] == "bad_request"
+    socket.subscribe()
+    assert socket.session()["session_id"] == session.pk

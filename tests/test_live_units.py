@@ -1,0 +1,155 @@
+"""runs.live without sockets: frame parsing, per-run dedupe, gap repair, overflow resync."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.sync import async_to_sync
+
+from runs import journal, live
+from runs.journal import NewEvent
+from runs.models import RunStatus
+from tests import factories
+
+
+def test_parse_accepts_ping_and_subscribe() -> None:
+    assert live.parse_client_message('{"type": "ping"}') == live.Ping()
+    assert live.parse_client_message('{"type": "subscribe"}') == live.Subscribe({})
+    assert live.parse_client_message('{"type": "subscribe", "after": {"7": 3, "9": 0}}') == live.Subscribe(
+        {7: 3, 9: 0}
+    )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [None, "", "{", "3", '{"type": 1}', '{"type": "subscribe", "after": {"٣": 1}}', "x" * 70000],
+)
+def test_parse_refuses_malformed_frames(raw: str | None) -> None:
+    with pytest.raises(live.BadRequest):
+        live.parse_client_message(raw)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.frames: list[dict[str, Any]] = []
+
+    async def __call__(self, frame: str) -> None:
+        import orjson
+
+        self.frames.append(orjson.loads(frame))
+
+    def seqs(self, run_id: int) -> list[int]:
+        return [
+            f["event"]["seq"] for f in self.frames if f["type"] == "event" and f["event"]["run_id"] == run_id
+        ]
+
+
+def batch(
+    run_id: int, session_id: int, seqs: range, terminal_at: int | None = None
+) -> list[tuple[int, bool, str]]:
+    return [
+        (
+            seq,
+            seq == terminal_at,
+            live.event_frame(
+                {"run_id": run_id, "session_id": session_id, "seq": seq, "terminal": seq == terminal_at}
+            ),
+        )
+        for seq in seqs
+    ]
+
+
+def finished(session: Any, count: int) -> Any:
+    events = [("token.delta", {"message_id": "m", "delta": "x"})] * (count - 1) + [
+        ("done", {"state": "completed"})
+    ]
+    return factories.run_with_events(events, session=session)
+
+
+def deltas(count: int) -> list[NewEvent]:
+    return [NewEvent("token.delta", {"message_id": "m", "delta": f"{i}"}) for i in range(count)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_dedupe_is_per_run_and_gaps_are_read_from_the_database() -> None:
+    session = factories.SessionFactory()
+    old = finished(session, 50)
+    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    journal.append_batch(run.pk, deltas(8), publish=False)
+    send = Recorder()
+    sub = live.Subscription(session.pk, {}, send)
+    sub.followed = {old.pk, run.pk}
+    sub.sent = {old.pk: 50, run.pk: 0}
+
+    async def scenario() -> None:
+        await sub.deliver(run.pk, batch(run.pk, session.pk, range(1, 3)))
+        await sub.deliver(run.pk, batch(run.pk, session.pk, range(1, 3)))  # a duplicate notification
+        await sub.deliver(run.pk, batch(run.pk, session.pk, range(6, 9)))  # 3..5 were lost
+
+    async_to_sync(scenario)()
+    assert send.seqs(run.pk) == list(range(1, 9))
+    assert send.seqs(old.pk) == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runs_neither_asked_for_nor_new_are_ignored_and_new_ones_start_at_one() -> None:
+    session = factories.SessionFactory()
+    older = finished(session, 3)
+    newer = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    journal.append_batch(newer.pk, deltas(3), publish=False)
+    send = Recorder()
+    sub = live.Subscription(session.pk, {}, send)
+    sub.floor = older.pk
+
+    async def scenario() -> None:
+        await sub.deliver(older.pk, batch(older.pk, session.pk, range(2, 4)))
+        await sub.deliver(newer.pk, batch(newer.pk, session.pk, range(3, 4)))
+
+    async_to_sync(scenario)()
+    assert send.seqs(older.pk) == []
+    assert send.seqs(newer.pk) == [1, 2, 3]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_subscriber_that_falls_behind_resyncs_from_the_database(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(live, "SUBSCRIBER_BACKLOG_MAX", 3)
+    session = factories.SessionFactory()
+    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    journal.append_batch(run.pk, deltas(10), publish=False)
+    send = Recorder()
+    sub = live.Subscription(session.pk, {}, send)
+    sub.followed, sub.sent, sub.floor = {run.pk}, {run.pk: 0}, run.pk
+    for seq in range(1, 11):
+        sub.push(("events", run.pk, batch(run.pk, session.pk, range(seq, seq + 1))))
+    assert sub.overflowed and len(sub.backlog) < 3
+
+    async def scenario() -> None:
+        sub.hub = live.get_hub()
+        sub.feed = sub.hub.join(session.pk, sub)
+        try:
+            await sub.hub.ready(sub.feed)
+            await sub.resync()
+            while sub.backlog:
+                await sub.handle(sub.backlog.popleft())
+        finally:
+            await sub.hub.leave(sub.feed, sub)
+
+    async_to_sync(scenario)()
+    assert send.seqs(run.pk) == list(range(1, 11))
+    assert [f["type"] for f in send.frames].count("session") == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_plan_follows_cursors_the_active_run_and_runs_newer_than_the_floor() -> None:
+    session = factories.SessionFactory()
+    done = finished(session, 3)
+    ignored = finished(session, 3)
+    floor = live.run_floor(session.pk)
+    late = finished(session, 3)
+    active = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    plan = live.plan_subscription(session.pk, {done.pk: 1, 999999: 0}, floor)
+    assert plan.cursors == {done.pk: 1, late.pk: 0, active.pk: 0}
+    assert ignored.pk not in plan.cursors
+    assert plan.refused == {999999}
+    assert plan.floor == active.pk
