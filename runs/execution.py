@@ -64,6 +64,7 @@ class RunExecution:
         self.aborted = asyncio.Event()
         self.abort_reason = ""
         self.steers_in_flight = 0
+        self.turn_over = False
         self.applying: set[int] = set()
         self._bg: set[asyncio.Task[Any]] = set()
 
@@ -175,6 +176,7 @@ class RunExecution:
             session_id=self.agent_session_id, prompt=[acp.text_block(self.ctx["prompt_text"])]
         )
         task = asyncio.ensure_future(process.call(prompt))
+        task.add_done_callback(self._turn_over)
         aborted = asyncio.ensure_future(self.aborted.wait())
         try:
             done, _ = await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
@@ -491,6 +493,11 @@ class RunExecution:
         if self.cancel_requested.is_set():
             await sync_to_async(_steer_failed)(control.pk, intent_id, "The run is being cancelled.")
             return
+        if self.turn_over:
+            # A `/steer` now would reach an idle session, which runs it as an untracked
+            # prompt. Leave the control pending: the terminal event's transaction turns
+            # the intent into a leftover (intents.services.settle_after_run).
+            return
         self.steers_in_flight += 1
         try:
             if steer == "extension":
@@ -531,6 +538,9 @@ class RunExecution:
         # "startedNewTurn" would be a turn this workbench does not track: refuse it as a steer.
         reason = answer.get("reason") or outcome or "no answer"
         return f"The agent did not inject the steer ({reason})."
+
+    def _turn_over(self, _: asyncio.Future[Any]) -> None:
+        self.turn_over = True
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)

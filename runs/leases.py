@@ -82,8 +82,10 @@ def reap_stale(reaper_id: str) -> list[int]:
     now = timezone.now()
     host = socket.gethostname()
     reaped: list[int] = []
-    executing = Run.objects.executing().exclude(lease_owner=reaper_id)
-    owners = {r.id: r for r in Runner.objects.filter(pk__in=executing.values("lease_owner"))}
+    # Read the runs once, then their owners: a run claimed between two reads of the
+    # queryset would have an owner missing from `owners` and be reaped as "unknown".
+    executing = list(Run.objects.executing().exclude(lease_owner=reaper_id))
+    owners = {r.id: r for r in Runner.objects.filter(pk__in={run.lease_owner for run in executing})}
     for run in executing:
         owner = owners.get(run.lease_owner)
         dead_here = owner is not None and owner.host == host and not _pid_alive(owner.pid)
