@@ -46,6 +46,12 @@ def _refuse_nul(value: Any) -> None:
 
 class ORJSONParser(Parser):
     def parse_body(self, request: HttpRequest) -> Any:
+        if not request.body.strip():
+            return None  # no body: optional bodies stay unset; required ones fail validation
+        if request.content_type in ("multipart/form-data", "application/x-www-form-urlencoded") and not (
+            request.POST or request.FILES
+        ):
+            return None  # an empty form post (a bodiless client call) is no body, not bad JSON
         data = orjson.loads(request.body)
         _refuse_nul(data)
         return data

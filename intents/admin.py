@@ -1,12 +1,15 @@
+"""Pending intents in the diagnostics console: read-only, because their edits carry a version check."""
+
 from __future__ import annotations
 
 from django.contrib import admin
 
+from hermesweb.admin import ReadOnlyMixin
 from intents.models import PendingIntent
 
 
 @admin.register(PendingIntent)
-class PendingIntentAdmin(admin.ModelAdmin):
+class PendingIntentAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = [
         "id",
         "session",
@@ -19,10 +22,8 @@ class PendingIntentAdmin(admin.ModelAdmin):
         "updated_at",
     ]
     list_filter = ["kind", "state", "source"]
-    search_fields = ["text", "client_id", "reason"]
+    search_fields = ["text", "client_id", "reason", "=session__id"]
     list_select_related = ["session"]
-    raw_id_fields = ["session", "target_run", "run"]
-    readonly_fields = ["created_at", "updated_at"]
 
     @admin.display(description="text")
     def short_text(self, obj: PendingIntent) -> str:

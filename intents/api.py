@@ -16,7 +16,7 @@ from hermesweb.auth import get_visible
 from hermesweb.errors import ApiError
 from intents import services
 from intents.models import PendingIntent
-from intents.schemas import MAX_INT, IntentDeleteIn, IntentOut, IntentPatch, IntentResultOut
+from intents.schemas import MAX_INT, IntentActionIn, IntentDeleteIn, IntentOut, IntentPatch, IntentResultOut
 from projects.models import Session
 
 router = Router(tags=["intents"])
@@ -63,14 +63,18 @@ def delete_intent(
 
 
 @router.post("/intents/{id}/steer", response=IntentResultOut)
-def steer_intent(request: HttpRequest, id: int) -> IntentResultOut:
+def steer_intent(
+    request: HttpRequest, id: int, payload: Annotated[IntentActionIn | None, Body()] = None
+) -> IntentResultOut:
     """Deliver a waiting item to the active run as guidance; 409 `conflict` when the run cannot take it."""
     intent = get_visible(PendingIntent.objects, request.auth, id, "intent")
-    return result_out(services.do_steer_intent(intent))
+    return result_out(services.do_steer_intent(intent, run_id=payload.run_id if payload else None))
 
 
 @router.post("/intents/{id}/stop-and-send", response=IntentResultOut)
-def stop_and_send(request: HttpRequest, id: int) -> IntentResultOut:
+def stop_and_send(
+    request: HttpRequest, id: int, payload: Annotated[IntentActionIn | None, Body()] = None
+) -> IntentResultOut:
     """Cancel the active run and send this item as the next turn."""
     intent = get_visible(PendingIntent.objects, request.auth, id, "intent")
-    return result_out(services.do_stop_and_send(intent))
+    return result_out(services.do_stop_and_send(intent, run_id=payload.run_id if payload else None))

@@ -35,9 +35,16 @@ class IntentOut(Schema):
 
 class IntentPatch(Schema):
     version: Version = Field(description="The version you last saw; a stale one is a 409 conflict.")
-    text: Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)] | None = None
+    # Blank text is a validation error: withdraw the item with DELETE instead.
+    text: Annotated[str, StringConstraints(min_length=1, max_length=1_000_000, pattern=r"\S")] | None = None
     position: Annotated[int, Field(ge=0, le=MAX_INT)] | None = Field(
         None, description="New index among the session's waiting items (0 = next)."
+    )
+
+
+class IntentActionIn(Schema):
+    run_id: Annotated[int, Field(ge=1, le=MAX_INT)] | None = Field(
+        None, description="The run you saw running; if another run is active by now, the answer is 409."
     )
 
 

@@ -237,12 +237,14 @@ def do_steer_intent(intent: PendingIntent, *, run_id: int | None = None) -> Inte
     return IntentResult("accepted", "Steer sent to the running agent.", intent)
 
 
-def do_stop_and_send(intent: PendingIntent) -> IntentResult:
+def do_stop_and_send(intent: PendingIntent, *, run_id: int | None = None) -> IntentResult:
     """Cancel the active run and make this waiting item the next turn, exactly once.
 
     The item is marked `stopping` in the same transaction as the cancel
     request, and `drain` (run in the terminal event's transaction) dispatches
     stopping items first — so a refresh or a dropped socket mid-cancel loses nothing.
+    `run_id` is the run the caller meant to stop: when another run is active by
+    now (the queue moved on), the answer is `conflict` and nothing is cancelled.
     """
     from runs.controls import do_cancel
 
@@ -262,6 +264,9 @@ def do_stop_and_send(intent: PendingIntent) -> IntentResult:
             _changed(session.pk)
             return IntentResult("conflict", why, intent)
         active = Run.objects.filter(session=session).active().first()
+        if run_id is not None and active is not None and active.pk != run_id:
+            why = "The run you meant to stop has ended; this message stays queued."
+            return IntentResult("conflict", why, intent)
         intent.kind = IntentKind.STOP_AND_SEND
         intent.state = IntentState.STOPPING
         intent.target_run = active

@@ -210,3 +210,34 @@ def test_someone_elses_session_intents_are_a_404(api: Client, other_user: Any) -
 def test_an_unknown_intent_is_a_404(api: Client) -> None:
     assert api.post(f"/api/intents/{2**70}/steer").status_code == 404
     assert not PendingIntent.objects.exists()
+
+
+def test_stop_and_send_for_a_run_that_already_ended_is_a_conflict_and_cancels_nothing(
+    api: Any, session: Any
+) -> None:
+    from intents.services import enqueue
+    from runs.models import Run
+
+    old = RunFactory(session=session, status="completed")
+    current = RunFactory(session=session, status="running")
+    intent = enqueue(session, client_id="late", text="next")
+    response = api.post(
+        f"/api/intents/{intent.pk}/stop-and-send", {"run_id": old.pk}, content_type="application/json"
+    )
+    assert response.status_code == 409 and response.json()["code"] == "conflict"
+    assert Run.objects.get(pk=current.pk).status == "running"
+    intent.refresh_from_db()
+    assert intent.state == "waiting" and intent.kind == "queue"
+
+
+def test_a_blank_edit_is_a_validation_error(api: Any, session: Any) -> None:
+    from intents.services import enqueue
+
+    RunFactory(session=session, status="running")
+    intent = enqueue(session, client_id="blank", text="keep me")
+    response = api.patch(
+        f"/api/intents/{intent.pk}",
+        {"version": intent.version, "text": "   "},
+        content_type="application/json",
+    )
+    assert response.status_code == 422
