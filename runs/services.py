@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from intents import services as intent_services
 from intents.models import PendingIntent
 from projects.models import Session, SessionStatus, Workflow
 from runs import journal, notify
 from runs.journal import NewEvent
-from runs.models import JournalEvent, Run, RunSource, RunStatus
+from runs.models import Control, ControlState, JournalEvent, Run, RunSource, RunStatus
 
 MESSAGE_MODES = ("auto", "queue", "steer")
 
@@ -181,6 +182,13 @@ def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> l
         rows = journal.append_batch(run_id, events, **run_updates)
         run = Run.objects.get(pk=run_id)
         intent_services.settle_after_run(session, run)
+        # Whatever the run never got to apply is answered now, so nothing stays pending forever.
+        Control.objects.filter(run_id=run_id, state=ControlState.PENDING).update(
+            state=ControlState.REJECTED,
+            result="expired",
+            message="the run ended first",
+            applied_at=timezone.now(),
+        )
         next_run = intent_services.drain(session)
         transaction.on_commit(lambda: _announce(session.pk, next_run.pk if next_run else None))
     return rows

@@ -73,3 +73,13 @@ def test_queued_runs_survive_the_reaper() -> None:
     leases.reap_stale("reaper")
     run.refresh_from_db()
     assert run.status == "queued"
+
+
+def test_a_reaped_run_answers_its_pending_controls_as_expired() -> None:
+    from runs.models import Control
+
+    run = factories.RunFactory(status="cancelling", lease_owner="ghost", lease_expires_at=timezone.now())
+    control = factories.ControlFactory(run=run, kind="cancel", key="cancel")
+    assert leases.reap_stale("reaper") == [run.pk]
+    control = Control.objects.get(pk=control.pk)
+    assert (control.state, control.result) == ("rejected", "expired")
