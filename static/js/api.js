@@ -1,0 +1,113 @@
+// The control API (issue 2's contract): JSON in and out, Django session + CSRF.
+
+const SAFE = new Set(['GET', 'HEAD', 'OPTIONS']);
+
+export class ApiError extends Error {
+  constructor(status, code, message, details) {
+    super(message || code);
+    this.status = status;
+    this.code = code;
+    this.details = details;
+  }
+}
+
+// The request never reached an answer (server down, network gone): safe to retry.
+export class NetworkError extends Error {
+  constructor(cause) {
+    super('The server could not be reached.');
+    this.cause = cause;
+  }
+}
+
+export function csrfToken() {
+  const match = document.cookie.match(/(?:^|;\s*)csrftoken=([^;]+)/);
+  if (match) return decodeURIComponent(match[1]);
+  return document.querySelector('input[name=csrfmiddlewaretoken]')?.value || '';
+}
+
+export function toLogin() {
+  const next = encodeURIComponent(location.pathname + location.search);
+  location.assign(`/login/?next=${next}`);
+}
+
+async function request(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (!SAFE.has(method)) headers['X-CSRFToken'] = csrfToken();
+  let response;
+  try {
+    response = await fetch(`/api${path}`, {
+      method,
+      headers,
+      credentials: 'same-origin',
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (error) {
+    throw new NetworkError(error);
+  }
+  if (response.status === 204) return null;
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    if (response.status === 401) toLogin();
+    if (response.status >= 502 && response.status <= 504) throw new NetworkError(response.statusText);
+    throw new ApiError(response.status, data?.code || `http_${response.status}`, data?.message || response.statusText, data?.details);
+  }
+  return data;
+}
+
+const enc = encodeURIComponent;
+
+export const api = {
+  projects: () => request('GET', '/projects'),
+  createProject: (body) => request('POST', '/projects', body),
+  updateProject: (id, body) => request('PATCH', `/projects/${id}`, body),
+  sessions: (projectId) => request('GET', `/projects/${projectId}/sessions`),
+  createSession: (projectId, title = '') => request('POST', `/projects/${projectId}/sessions`, { title }),
+  session: (id) => request('GET', `/sessions/${id}`),
+  updateSession: (id, body) => request('PATCH', `/sessions/${id}`, body),
+  deleteSession: (id) => request('DELETE', `/sessions/${id}`),
+  workflows: (projectId) => request('GET', `/projects/${projectId}/workflows`),
+  launchWorkflow: (id, body) => request('POST', `/workflows/${id}/launch`, body),
+  submitMessage: (sessionId, body) => request('POST', `/sessions/${sessionId}/messages`, body),
+  transcript: (sessionId) => request('GET', `/sessions/${sessionId}/transcript`),
+  run: (id) => request('GET', `/runs/${id}`),
+  runEvents: (id, afterSeq, limit = 500) => request('GET', `/runs/${id}/events?after_seq=${afterSeq}&limit=${limit}`),
+  cancel: (runId) => request('POST', `/runs/${runId}/cancel`),
+  approve: (runId, approvalId, optionId) =>
+    request('POST', `/runs/${runId}/approvals/${enc(approvalId)}`, { option_id: optionId }),
+  clarify: (runId, clarifyId, answer) => request('POST', `/runs/${runId}/clarifications/${enc(clarifyId)}`, { answer }),
+  intents: (sessionId) => request('GET', `/sessions/${sessionId}/intents`),
+  editIntent: (id, body) => request('PATCH', `/intents/${id}`, body),
+  deleteIntent: (id, version) => request('DELETE', `/intents/${id}?version=${version}`),
+  // `runId`: the run the user saw running; if another one is active by now the server answers 409.
+  steerIntent: (id, runId) => request('POST', `/intents/${id}/steer`, runId ? { run_id: runId } : {}),
+  stopAndSend: (id, runId) => request('POST', `/intents/${id}/stop-and-send`, runId ? { run_id: runId } : {}),
+};
+
+// Rendered, sanitized markdown of settled turns (hermesweb/views.py), parsed
+// into an inert document: nothing in it runs, and only its `.md` blocks are used.
+// `runIds` null: every settled run of the session.
+export async function fetchFragments(sessionId, runIds) {
+  if (runIds && !runIds.length) return new Map();
+  const query = runIds ? `?runs=${runIds.join(',')}` : '';
+  let response;
+  try {
+    response = await fetch(`/sessions/${sessionId}/fragment${query}`, { credentials: 'same-origin' });
+  } catch (error) {
+    throw new NetworkError(error);
+  }
+  if (response.redirected && new URL(response.url).pathname.startsWith('/login')) {
+    toLogin();
+    throw new ApiError(401, 'not_authenticated', 'Signed out.');
+  }
+  if (!response.ok) throw new ApiError(response.status, `http_${response.status}`, response.statusText);
+  const doc = new DOMParser().parseFromString(await response.text(), 'text/html');
+  const sections = new Map();
+  for (const section of doc.querySelectorAll('section.turn-fragment')) sections.set(Number(section.dataset.run), section);
+  return sections;
+}

@@ -1,0 +1,209 @@
+// The composer: Enter sends, Shift+Enter breaks the line; while a run is active
+// a Queue/Steer choice (defaulting to the project's running_default) and Stop;
+// a slash-command palette from the agent's advertised commands.
+
+import { h } from './dom.js';
+
+export class Composer {
+  constructor(root, { onSend, onStop }) {
+    this.root = root;
+    this.onSend = onSend;
+    this.onStop = onStop;
+    this.defaultMode = 'queue';
+    this.mode = 'queue';
+    this.active = false;
+    this.canStop = false;
+    this.commands = [];
+    this.paletteIndex = 0;
+    this.paletteItems = [];
+    this.disabledReason = null;
+
+    this.textarea = root.querySelector('textarea');
+    this.sendButton = root.querySelector('[data-role=send]');
+    this.stopButton = root.querySelector('[data-role=stop]');
+    this.modeBox = root.querySelector('[data-role=mode]');
+    this.palette = root.querySelector('[data-role=palette]');
+    this.note = root.querySelector('[data-role=note]');
+    this.modeButtons = [...this.modeBox.querySelectorAll('button[data-mode]')];
+
+    this.textarea.addEventListener('keydown', (event) => this.onKey(event));
+    this.textarea.addEventListener('input', () => {
+      this.autosize();
+      this.updatePalette();
+    });
+    this.textarea.addEventListener('blur', () => setTimeout(() => this.closePalette(), 150));
+    root.addEventListener('submit', (event) => {
+      event.preventDefault();
+      this.submit();
+    });
+    this.stopButton.addEventListener('click', () => this.onStop());
+    for (const button of this.modeButtons) button.addEventListener('click', () => this.setMode(button.dataset.mode));
+    this.render();
+  }
+
+  setDefaultMode(mode) {
+    this.defaultMode = mode === 'steer' ? 'steer' : 'queue';
+    this.mode = this.defaultMode;
+    this.render();
+  }
+
+  setMode(mode) {
+    this.mode = mode;
+    this.render();
+    this.textarea.focus();
+  }
+
+  setActive(active, { canStop = active } = {}) {
+    if (active && !this.active) this.mode = this.defaultMode;
+    this.active = active;
+    this.canStop = canStop;
+    this.render();
+  }
+
+  setCommands(commands) {
+    this.commands = Array.isArray(commands) ? commands.filter((c) => c && c.name) : [];
+    this.updatePalette();
+  }
+
+  setDisabled(reason) {
+    this.disabledReason = reason;
+    this.render();
+  }
+
+  setNote(text) {
+    this.note.textContent = text || '';
+    this.note.hidden = !text;
+  }
+
+  render() {
+    this.modeBox.hidden = !this.active;
+    for (const button of this.modeButtons) {
+      button.setAttribute('aria-pressed', String(button.dataset.mode === this.mode));
+    }
+    this.stopButton.hidden = !this.active;
+    this.stopButton.disabled = !this.canStop;
+    this.sendButton.textContent = !this.active ? 'Send' : this.mode === 'steer' ? 'Steer' : 'Queue';
+    this.sendButton.dataset.mode = this.active ? this.mode : 'send';
+    this.textarea.disabled = !!this.disabledReason;
+    this.sendButton.disabled = !!this.disabledReason;
+    this.textarea.placeholder = this.disabledReason
+      ? this.disabledReason
+      : this.active
+        ? this.mode === 'steer'
+          ? 'Guide the running agent (Steer)…'
+          : 'Queue a message for after this run…'
+        : 'Message the agent — Enter to send, Shift+Enter for a new line, / for commands';
+  }
+
+  autosize() {
+    this.textarea.style.height = 'auto';
+    this.textarea.style.height = `${Math.min(this.textarea.scrollHeight, 320)}px`;
+  }
+
+  onKey(event) {
+    if (!this.palette.hidden && this.paletteItems.length) {
+      if (event.key === 'ArrowDown' || event.key === 'ArrowUp') {
+        event.preventDefault();
+        const step = event.key === 'ArrowDown' ? 1 : -1;
+        this.paletteIndex = (this.paletteIndex + step + this.paletteItems.length) % this.paletteItems.length;
+        this.renderPalette();
+        return;
+      }
+      if (event.key === 'Tab' || (event.key === 'Enter' && !event.shiftKey)) {
+        event.preventDefault();
+        this.choose(this.paletteItems[this.paletteIndex]);
+        return;
+      }
+      if (event.key === 'Escape') {
+        event.preventDefault();
+        this.closePalette();
+        return;
+      }
+    }
+    if (event.key === 'Enter' && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      this.submit();
+    }
+  }
+
+  submit() {
+    const text = this.textarea.value;
+    if (!text.trim() || this.disabledReason) return;
+    const mode = this.active ? this.mode : 'auto';
+    this.textarea.value = '';
+    this.autosize();
+    this.closePalette();
+    this.mode = this.defaultMode;
+    this.render();
+    this.onSend(text, mode);
+  }
+
+  // Put text back (a refused message), so nothing the user wrote is lost.
+  restore(text) {
+    if (!this.textarea.value.trim()) this.textarea.value = text;
+    else this.textarea.value = `${text}\n${this.textarea.value}`;
+    this.autosize();
+    this.textarea.focus();
+  }
+
+  // ---------------------------------------------------------------- palette
+
+  updatePalette() {
+    const value = this.textarea.value;
+    const match = /^\/(\S*)$/.exec(value);
+    if (!match || !this.commands.length) {
+      this.closePalette();
+      return;
+    }
+    const prefix = match[1].toLowerCase();
+    this.paletteItems = this.commands.filter((c) => c.name.toLowerCase().startsWith(prefix));
+    this.paletteIndex = Math.min(this.paletteIndex, Math.max(0, this.paletteItems.length - 1));
+    if (!this.paletteItems.length) {
+      this.closePalette();
+      return;
+    }
+    this.renderPalette();
+  }
+
+  renderPalette() {
+    this.palette.hidden = false;
+    this.textarea.setAttribute('aria-expanded', 'true');
+    this.palette.replaceChildren(
+      ...this.paletteItems.map((command, index) =>
+        h(
+          'li',
+          {
+            role: 'option',
+            id: `palette-${index}`,
+            'aria-selected': String(index === this.paletteIndex),
+            dataset: { command: command.name },
+            onmousedown: (event) => {
+              event.preventDefault();
+              this.choose(command);
+            },
+          },
+          h('span', { class: 'cmd-name', text: `/${command.name}` }),
+          command.input_hint ? h('span', { class: 'cmd-hint', text: ` ${command.input_hint}` }) : null,
+          command.description ? h('span', { class: 'cmd-desc', text: command.description }) : null,
+        ),
+      ),
+    );
+    this.textarea.setAttribute('aria-activedescendant', `palette-${this.paletteIndex}`);
+  }
+
+  closePalette() {
+    this.palette.hidden = true;
+    this.paletteItems = [];
+    this.paletteIndex = 0;
+    this.textarea.setAttribute('aria-expanded', 'false');
+    this.textarea.removeAttribute('aria-activedescendant');
+  }
+
+  choose(command) {
+    if (!command) return;
+    this.textarea.value = `/${command.name} `;
+    this.closePalette();
+    this.textarea.focus();
+    this.textarea.setSelectionRange(this.textarea.value.length, this.textarea.value.length);
+  }
+}

@@ -1,0 +1,99 @@
+// Small DOM helpers. Text always goes in as text nodes: nothing here parses HTML.
+
+export function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === 'class') el.className = value;
+    else if (key === 'text') el.textContent = value;
+    else if (key === 'dataset') Object.assign(el.dataset, value);
+    else if (key.startsWith('on') && typeof value === 'function') el.addEventListener(key.slice(2), value);
+    else if (key === 'value' || key === 'checked' || key === 'disabled' || key === 'open' || key === 'hidden') el[key] = value;
+    else el.setAttribute(key, value === true ? '' : String(value));
+  }
+  append(el, children);
+  return el;
+}
+
+export function append(el, children) {
+  for (const child of children.flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+export function clear(el) {
+  while (el.firstChild) el.firstChild.remove();
+  return el;
+}
+
+// Replace `old` by `fresh`, keeping which <details data-key> the user had opened or closed.
+export function swap(old, fresh) {
+  if (!old) return fresh;
+  for (const details of old.querySelectorAll('details[data-key]')) {
+    const twin = fresh.querySelector(`details[data-key="${CSS.escape(details.dataset.key)}"]`);
+    if (twin) twin.open = details.open;
+  }
+  if (old.matches('details[data-key]') && fresh.matches('details[data-key]')) fresh.open = old.open;
+  old.replaceWith(fresh);
+  return fresh;
+}
+
+export function uuid() {
+  if (globalThis.crypto?.randomUUID) {
+    try {
+      return crypto.randomUUID();
+    } catch {
+      // randomUUID exists only in secure contexts; plain http on a LAN address falls through.
+    }
+  }
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  bytes[6] = (bytes[6] & 0x0f) | 0x40;
+  bytes[8] = (bytes[8] & 0x3f) | 0x80;
+  const hex = [...bytes].map((b) => b.toString(16).padStart(2, '0')).join('');
+  return `${hex.slice(0, 8)}-${hex.slice(8, 12)}-${hex.slice(12, 16)}-${hex.slice(16, 20)}-${hex.slice(20)}`;
+}
+
+export function pretty(value) {
+  if (value === undefined || value === null) return '';
+  if (typeof value === 'string') return value;
+  try {
+    return JSON.stringify(value, null, 2);
+  } catch {
+    return String(value);
+  }
+}
+
+export function formatTokens(n) {
+  if (typeof n !== 'number') return '';
+  if (n >= 1000) return `${(n / 1000).toFixed(n >= 10000 ? 0 : 1)}k`;
+  return String(n);
+}
+
+export function humanize(status) {
+  return (status || '').replaceAll('_', ' ');
+}
+
+// Copy text; the async clipboard needs a secure context, so fall back to a selection.
+export async function copyText(text) {
+  if (navigator.clipboard && window.isSecureContext) {
+    try {
+      await navigator.clipboard.writeText(text);
+      return true;
+    } catch {
+      // fall through
+    }
+  }
+  const area = h('textarea', { class: 'offscreen', readonly: true, value: text });
+  document.body.append(area);
+  area.select();
+  let ok = false;
+  try {
+    ok = document.execCommand('copy');
+  } catch {
+    ok = false;
+  }
+  area.remove();
+  return ok;
+}

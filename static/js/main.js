@@ -1,0 +1,75 @@
+// Entry point: wires the page's parts to the data the server embedded.
+
+import { api } from './api.js';
+import { Composer } from './composer.js';
+import { uuid } from './dom.js';
+import { IntentsPanel } from './intents.js';
+import { askPermissionOnce } from './notify.js';
+import { outbox } from './outbox.js';
+import { SessionController } from './session.js';
+import { alertDialog, Sidebar } from './sidebar.js';
+import { StatusLine } from './status.js';
+
+const data = JSON.parse(document.getElementById('workbench-data').textContent);
+const root = document.getElementById('workbench');
+const $ = (role) => root.querySelector(`[data-role="${role}"]`);
+
+const sidebar = new Sidebar(document.getElementById('sidebar'), data, {
+  currentSessionId: data.session?.id ?? null,
+  onDeletedCurrent: () => location.assign(data.project ? `/projects/${data.project.id}/` : '/'),
+});
+
+// Narrow screens: the sidebar is a drawer.
+const setNav = (open) => root.classList.toggle('nav-open', open);
+$('open-nav').addEventListener('click', () => setNav(true));
+$('close-nav').addEventListener('click', () => setNav(false));
+$('backdrop').addEventListener('click', () => setNav(false));
+document.addEventListener('keydown', (event) => {
+  if (event.key === 'Escape' && root.classList.contains('nav-open')) setNav(false);
+});
+
+let controller = null;
+const status = new StatusLine($('status'), { onRetry: () => controller?.socket?.reconnectNow() });
+const composer = new Composer($('composer'), {
+  onSend: (text, mode) => (controller ? controller.send(text, mode) : startSession(text)),
+  onStop: () => controller?.stop(),
+});
+
+if (data.session) {
+  const intents = new IntentsPanel($('intents'), { act: (action, intent, extra) => controller.intentAction(action, intent, extra) });
+  controller = new SessionController({
+    data,
+    els: { root, transcript: $('transcript'), outgoing: $('outgoing'), empty: $('empty'), scroller: $('scroller'), title: $('title') },
+    status,
+    composer,
+    intents,
+    sidebar,
+  });
+  window.hermesweb = controller; // for debugging from the console
+  controller.start();
+} else if (data.project) {
+  // No session yet: the first message creates one, then the session page sends it
+  // from the outbox (same client_id, so a double submit is still one turn).
+  status.setConnection('idle');
+  status.setRun(null);
+  composer.setDefaultMode(data.project.running_default);
+  root.dataset.ready = 'true';
+} else {
+  status.setConnection('idle');
+  composer.setDisabled('Create a project first (sidebar → New project).');
+  root.dataset.ready = 'true';
+}
+
+async function startSession(text) {
+  askPermissionOnce();
+  composer.setDisabled('Starting a session…');
+  try {
+    const session = await api.createSession(data.project.id);
+    outbox.add({ client_id: uuid(), session_id: session.id, text, mode: 'auto', created_at: Date.now() });
+    location.assign(`/sessions/${session.id}/`);
+  } catch (error) {
+    composer.setDisabled(null);
+    composer.restore(text);
+    alertDialog(`Could not start a session: ${error.message}`);
+  }
+}

@@ -1,0 +1,576 @@
+// The open session: transcript, live events, composer, pending intents.
+//
+// Loading order (docs/ui.md, "Live updates"): the transcript from the API
+// first, then the socket subscribes with `{run_id: last_seq}` of every run
+// still going, so a reload mid-run shows exactly what an uninterrupted page
+// shows. Every event goes through one gate: at or below the run's cursor it
+// is dropped (a replay overlap), one above it is applied, further ahead it
+// waits while the gap is read from GET /api/runs/{id}/events.
+
+import { api, ApiError, fetchFragments, NetworkError, toLogin } from './api.js';
+import { h, uuid } from './dom.js';
+import { askPermissionOnce, notifyIfHidden } from './notify.js';
+import { outbox } from './outbox.js';
+import { emptyState } from './runstate.js';
+import { sessionTitle } from './sidebar.js';
+import { SessionSocket } from './socket.js';
+import { TurnView } from './transcript.js';
+
+const POLL_MIN_MS = 2000;
+
+export class SessionController {
+  constructor({ data, els, status, composer, intents, sidebar }) {
+    this.session = { ...data.session };
+    this.sessionId = data.session.id;
+    this.project = data.project;
+    this.els = els;
+    this.status = status;
+    this.composer = composer;
+    this.intents = intents;
+    this.sidebar = sidebar;
+    this.turns = new Map();
+    this.buffered = new Map();
+    this.repairing = new Set();
+    this.dirty = new Set();
+    this.flushScheduled = false;
+    this.needsFragment = new Set();
+    this.fragmentTimer = null;
+    this.resyncing = null;
+    this.resyncAgain = false;
+    this.lastPoll = 0;
+    this.agentTitle = null;
+    this.archived = false;
+    this.handlers = {
+      approve: (view, item, option) => this.approve(view, item, option),
+      clarify: (view, item, answer) => this.clarify(view, item, answer),
+    };
+    composer.setDefaultMode(this.project?.running_default);
+    composer.setCommands(this.session.commands || []);
+    document.addEventListener('hermesweb:session-renamed', (event) => {
+      this.session.title = event.detail.title;
+      this.renderTitle();
+    });
+  }
+
+  // ---------------------------------------------------------------- start-up
+
+  async start() {
+    this.status.setConnection('connecting');
+    this.renderTitle();
+    try {
+      await this.loadTranscript({ withFragments: true });
+    } catch (error) {
+      this.showLoadError(error);
+    }
+    this.socket = new SessionSocket({
+      sessionId: this.sessionId,
+      cursors: () => this.cursors(),
+      onEvent: (event) => this.onEvent(event),
+      onSession: (session) => this.onSession(session),
+      onError: (code, message) => this.onSocketError(code, message),
+      onState: (state, info) => this.onConnection(state, info),
+      onReconnectTick: () => this.poll(),
+      onFatal: (reason) => this.onFatal(reason),
+    });
+    this.socket.start();
+    for (const entry of outbox.list(this.sessionId)) {
+      this.showOutgoing(entry, 'sending');
+      this.post(entry);
+    }
+    this.els.root.dataset.ready = 'true';
+  }
+
+  showLoadError(error) {
+    this.els.transcript.append(
+      h('div', { class: 'turn-banner banner-failed', role: 'alert' }, h('strong', { text: 'Could not load the transcript.' }), h('span', { class: 'reason', text: error.message })),
+    );
+  }
+
+  cursors() {
+    const after = {};
+    for (const view of this.turns.values()) if (!view.terminal) after[view.runId] = view.lastSeq;
+    return after;
+  }
+
+  // Merge the server's transcript: new turns are added, turns the server has
+  // further along catch up from the journal, turns we are ahead on are kept.
+  async loadTranscript({ replace = false, withFragments = false } = {}) {
+    const [transcript, fragments] = await Promise.all([
+      api.transcript(this.sessionId),
+      withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : Promise.resolve(new Map()),
+    ]);
+    if (replace) {
+      for (const view of this.turns.values()) view.el.remove();
+      this.turns.clear();
+    }
+    for (const turn of transcript.turns) {
+      const view = this.turns.get(turn.run_id);
+      if (!view) this.addTurn(turn);
+      else if ((turn.state?.last_seq ?? 0) > view.lastSeq) {
+        // Catch up event by event rather than redraw: keeps what the user opened or typed.
+        this.repair(view);
+      }
+    }
+    for (const [runId, section] of fragments) {
+      const view = this.turns.get(runId);
+      if (view && view.terminal && Number(section.dataset.lastSeq) === view.lastSeq) {
+        view.applyFragment(section);
+        view.el.dataset.rendered = 'true';
+        this.needsFragment.delete(runId);
+      }
+    }
+    this.session.title = transcript.title;
+    this.session.status = transcript.status;
+    this.session.active_run_id = transcript.active_run_id;
+    this.intents.setIntents(transcript.intents);
+    for (const view of this.turns.values()) this.drainBuffered(view);
+    this.requestFragments();
+    this.refresh();
+    this.scrollToBottom(true);
+  }
+
+  addTurn(turn) {
+    const view = new TurnView(turn, this.handlers);
+    this.turns.set(turn.run_id, view);
+    const later = [...this.turns.values()].filter((v) => v.runId > turn.run_id).sort((a, b) => a.runId - b.runId)[0];
+    if (later) later.el.before(view.el);
+    else this.els.transcript.append(view.el);
+    if (turn.client_id) {
+      // The server has this message as a turn: it is acknowledged whatever happened to the POST's answer.
+      this.removeOutgoing(turn.client_id);
+      outbox.remove(turn.client_id);
+    }
+    if (view.terminal) this.needsFragment.add(view.runId);
+    else view.el.dataset.rendered = 'false';
+    this.els.empty.hidden = true;
+    return view;
+  }
+
+  resync() {
+    if (this.resyncing) {
+      this.resyncAgain = true;
+      return this.resyncing;
+    }
+    this.resyncing = (async () => {
+      try {
+        do {
+          this.resyncAgain = false;
+          await this.loadTranscript();
+        } while (this.resyncAgain);
+      } catch (error) {
+        if (!(error instanceof NetworkError)) console.warn('transcript reload failed', error);
+      } finally {
+        this.resyncing = null;
+      }
+    })();
+    return this.resyncing;
+  }
+
+  async reload() {
+    await this.loadTranscript({ replace: true, withFragments: true });
+    this.socket.resubscribe();
+  }
+
+  // ---------------------------------------------------------------- events
+
+  onEvent(event) {
+    if (event.session_id !== undefined && Number(event.session_id) !== this.sessionId) return;
+    const view = this.turns.get(event.run_id);
+    if (!view) {
+      // A run we have not seen (drained from the queue, another tab's message): read the transcript.
+      this.buffer(event);
+      this.resync();
+      return;
+    }
+    if (this.repairing.has(view.runId)) {
+      this.buffer(event);
+      return;
+    }
+    if (event.seq <= view.lastSeq) return;
+    if (event.seq > view.lastSeq + 1) {
+      this.buffer(event);
+      this.repair(view);
+      return;
+    }
+    this.applyTo(view, event);
+  }
+
+  buffer(event) {
+    const list = this.buffered.get(event.run_id) || [];
+    list.push(event);
+    this.buffered.set(event.run_id, list);
+  }
+
+  drainBuffered(view) {
+    const list = this.buffered.get(view.runId);
+    if (!list) return;
+    this.buffered.delete(view.runId);
+    list.sort((a, b) => a.seq - b.seq);
+    for (let i = 0; i < list.length; i++) {
+      const event = list[i];
+      if (event.seq <= view.lastSeq) continue;
+      if (event.seq > view.lastSeq + 1) {
+        for (const rest of list.slice(i)) this.buffer(rest);
+        this.repair(view);
+        return;
+      }
+      this.applyTo(view, event);
+    }
+  }
+
+  // Read a run's missing events over HTTP (a seq gap, or no socket at all).
+  async repair(view) {
+    if (this.repairing.has(view.runId)) return;
+    this.repairing.add(view.runId);
+    try {
+      for (let page = 0; page < 100; page++) {
+        const result = await api.runEvents(view.runId, view.lastSeq);
+        for (const event of result.events) if (event.seq === view.lastSeq + 1) this.applyTo(view, event);
+        if (!result.has_more || !result.events.length) break;
+      }
+    } catch (error) {
+      if (error instanceof ApiError && (error.code === 'cursor_expired' || error.code === 'cursor_ahead')) {
+        this.repairing.delete(view.runId);
+        await this.reload();
+        return;
+      }
+    } finally {
+      this.repairing.delete(view.runId);
+    }
+    this.drainBuffered(view);
+  }
+
+  applyTo(view, event) {
+    if (!view.apply(event)) return;
+    this.dirty.add(view);
+    this.scheduleFlush();
+    switch (event.type) {
+      case 'done':
+        this.needsFragment.add(view.runId);
+        this.requestFragments();
+        notifyIfHidden(event, this.titleText());
+        break;
+      case 'approval.requested':
+      case 'clarify.requested':
+        notifyIfHidden(event, this.titleText());
+        break;
+      case 'title.updated':
+        this.agentTitle = event.payload?.title || this.agentTitle;
+        this.renderTitle();
+        break;
+      default:
+        break;
+    }
+  }
+
+  scheduleFlush() {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    // Animation frames stop in a hidden tab; a timer keeps state (and notifications) current there.
+    const run = () => this.flush();
+    if (document.hidden) setTimeout(run, 250);
+    else requestAnimationFrame(run);
+  }
+
+  flush() {
+    this.flushScheduled = false;
+    const follow = this.nearBottom();
+    for (const view of this.dirty) view.flush();
+    this.dirty.clear();
+    this.refresh();
+    if (follow) this.scrollToBottom();
+  }
+
+  requestFragments() {
+    clearTimeout(this.fragmentTimer);
+    this.fragmentTimer = setTimeout(() => this.loadFragments(), 30);
+  }
+
+  async loadFragments() {
+    const ids = [...this.needsFragment].filter((id) => this.turns.get(id)?.terminal);
+    if (!ids.length) return;
+    let sections;
+    try {
+      sections = await fetchFragments(this.sessionId, ids);
+    } catch {
+      setTimeout(() => this.requestFragments(), 3000);
+      return;
+    }
+    const follow = this.nearBottom();
+    for (const id of ids) {
+      const view = this.turns.get(id);
+      const section = sections.get(id);
+      if (!view || !section) continue;
+      if (Number(section.dataset.lastSeq) !== view.lastSeq) continue;
+      view.applyFragment(section);
+      view.el.dataset.rendered = 'true';
+      this.needsFragment.delete(id);
+    }
+    if (follow) this.scrollToBottom();
+  }
+
+  onFatal(reason) {
+    if (reason === 'unauthenticated') {
+      toLogin();
+      return;
+    }
+    this.composer.setDisabled('This session no longer exists.');
+    this.status.setConnection('offline');
+  }
+
+  // The server's snapshot: {session_id, status, active_run_id, active_run_status, title, commands, intents, running_default, …}.
+  onSession(session) {
+    if (session.session_id !== undefined && Number(session.session_id) !== this.sessionId) return;
+    const { session_id: _ignored, ...fields } = session;
+    Object.assign(this.session, fields);
+    if (session.running_default && session.running_default !== this.project?.running_default) {
+      if (this.project) this.project.running_default = session.running_default;
+      this.composer.setDefaultMode(session.running_default);
+    }
+    if (Array.isArray(session.intents)) this.intents.setIntents(session.intents);
+    if (Array.isArray(session.commands)) this.composer.setCommands(session.commands);
+    const active = session.active_run_id;
+    if (active && !this.turns.has(active)) this.resync();
+    this.renderTitle();
+    this.refresh();
+  }
+
+  onSocketError(code, message) {
+    if (code === 'cursor_expired' || code === 'cursor_ahead') {
+      this.reload();
+      return;
+    }
+    this.composer.setNote(message ? `Live updates: ${message}` : `Live updates: ${code}`);
+  }
+
+  onConnection(state, info) {
+    this.status.setConnection(state, info);
+    document.body.dataset.connection = state;
+    if (state === 'live') {
+      // A run that started and ended while we were away (or between the transcript
+      // read and the subscribe) is in no cursor and no longer active: only the transcript has it.
+      this.resync();
+      this.composer.setNote('');
+      for (const entry of outbox.list(this.sessionId)) if (entry.failed) this.post(entry);
+    }
+  }
+
+  // No socket: keep the page moving over HTTP (the events endpoint has the same semantics).
+  async poll() {
+    if (Date.now() - this.lastPoll < POLL_MIN_MS) return;
+    this.lastPoll = Date.now();
+    const open = [...this.turns.values()].filter((v) => !v.terminal);
+    try {
+      await Promise.all(open.map((view) => this.repair(view)));
+      if (open.some((v) => v.terminal)) await this.resync();
+    } catch {
+      // The server is down too; the socket's backoff keeps trying.
+    }
+  }
+
+  // ---------------------------------------------------------------- derived state
+
+  activeView() {
+    let active = null;
+    for (const view of this.turns.values()) if (!view.terminal && (!active || view.runId > active.runId)) active = view;
+    return active;
+  }
+
+  lastUsage() {
+    const views = [...this.turns.values()].sort((a, b) => b.runId - a.runId);
+    for (const view of views) {
+      const usage = view.state.usage?.size ? view.state.usage : view.state.usage_final?.context;
+      if (usage?.size) return usage;
+    }
+    return null;
+  }
+
+  refresh() {
+    const active = this.activeView();
+    this.status.setRun(active ? active.status : null);
+    this.status.setUsage(this.lastUsage());
+    this.composer.setActive(!!active, { canStop: !!active && active.status !== 'cancelling' });
+    const archived = this.session.status === 'archived';
+    if (archived !== this.archived) {
+      this.archived = archived;
+      this.composer.setDisabled(archived ? 'This session is archived; it takes no new messages.' : null);
+    }
+    this.intents.setActiveRun(active && active.status !== 'queued' ? active.runId : null);
+    this.els.root.dataset.runStatus = active ? active.status : 'idle';
+    this.els.empty.hidden = this.turns.size > 0 || this.els.outgoing.childElementCount > 0;
+  }
+
+  titleText() {
+    let fromRun = null;
+    for (const view of this.turns.values()) if (view.state.title) fromRun = view.state.title;
+    return this.session.title || this.agentTitle || fromRun || 'New session';
+  }
+
+  renderTitle() {
+    const title = this.titleText();
+    this.els.title.textContent = title;
+    document.title = `${title} · hermesweb`;
+    this.sidebar.updateSession({ ...this.session, id: this.sessionId, title: this.session.title || this.agentTitle || '' });
+  }
+
+  nearBottom() {
+    const el = this.els.scroller;
+    return el.scrollHeight - el.scrollTop - el.clientHeight < 120;
+  }
+
+  scrollToBottom(force = false) {
+    if (force || this.nearBottom()) this.els.scroller.scrollTop = this.els.scroller.scrollHeight;
+  }
+
+  // ---------------------------------------------------------------- sending
+
+  async send(text, mode) {
+    askPermissionOnce();
+    const entry = { client_id: uuid(), session_id: this.sessionId, text, mode, created_at: Date.now() };
+    outbox.add(entry);
+    this.showOutgoing(entry, 'sending');
+    this.scrollToBottom(true);
+    await this.post(entry);
+  }
+
+  async post(entry) {
+    this.showOutgoing(entry, 'sending');
+    try {
+      const result = await api.submitMessage(this.sessionId, { client_id: entry.client_id, text: entry.text, mode: entry.mode });
+      outbox.remove(entry.client_id);
+      this.acknowledge(entry, result);
+    } catch (error) {
+      if (error instanceof NetworkError || (error instanceof ApiError && error.status >= 500)) {
+        // Same client_id on retry: the server dedupes, so a retry never makes a second turn.
+        outbox.update(entry.client_id, { failed: true });
+        this.showOutgoing(entry, 'failed', 'Not sent: the server could not be reached.');
+      } else {
+        outbox.remove(entry.client_id);
+        this.showOutgoing(entry, 'refused', error.message);
+      }
+    }
+  }
+
+  acknowledge(entry, result) {
+    this.removeOutgoing(entry.client_id);
+    if (result.run_id && !this.turns.has(result.run_id)) {
+      if (result.kind === 'run') {
+        const view = this.addTurn({
+          run_id: result.run_id,
+          client_id: entry.client_id,
+          prompt_text: entry.text,
+          source: 'composer',
+          source_meta: {},
+          status: result.status,
+          state: emptyState(),
+        });
+        this.drainBuffered(view);
+        this.dirty.add(view);
+        this.scheduleFlush();
+      } else {
+        this.resync();
+      }
+    }
+    if (result.kind !== 'run') {
+      api.intents(this.sessionId).then((list) => this.intents.setIntents(list), () => {});
+      if (result.kind === 'queue' && entry.mode === 'steer') {
+        this.composer.setNote('Could not steer right now, so the message was queued (see the reason on its card).');
+      }
+    }
+    this.refresh();
+  }
+
+  showOutgoing(entry, state, message = '') {
+    let node = this.els.outgoing.querySelector(`[data-client-id="${CSS.escape(entry.client_id)}"]`);
+    const actions = [];
+    if (state === 'failed') {
+      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Retry', onclick: () => this.post(entry) }));
+      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Discard', onclick: () => (outbox.remove(entry.client_id), this.removeOutgoing(entry.client_id)) }));
+    } else if (state === 'refused') {
+      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Edit', onclick: () => (this.removeOutgoing(entry.client_id), this.composer.restore(entry.text)) }));
+      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Dismiss', onclick: () => this.removeOutgoing(entry.client_id) }));
+    }
+    const label = { sending: 'sending…', failed: 'not sent', refused: 'refused' }[state];
+    const fresh = h(
+      'div',
+      { class: 'outgoing', dataset: { clientId: entry.client_id, state } },
+      h('div', { class: 'bubble user-text', text: entry.text }),
+      h('div', { class: 'outgoing-status' }, h('span', { text: label }), message ? h('span', { class: 'reason', text: ` — ${message}` }) : null, actions),
+    );
+    if (node) node.replaceWith(fresh);
+    else this.els.outgoing.append(fresh);
+    this.els.empty.hidden = true;
+  }
+
+  removeOutgoing(clientId) {
+    this.els.outgoing.querySelector(`[data-client-id="${CSS.escape(clientId)}"]`)?.remove();
+  }
+
+  // ---------------------------------------------------------------- controls
+
+  async stop() {
+    const active = this.activeView();
+    if (!active) return;
+    try {
+      const result = await api.cancel(active.runId);
+      if (!result.accepted && result.status !== 'duplicate') this.composer.setNote(result.message);
+    } catch (error) {
+      this.composer.setNote(`Stop failed: ${error.message}`);
+    }
+  }
+
+  async approve(view, item, option) {
+    const key = `approval:${item.approval_id}`;
+    view.markBusy(key, true);
+    view.setControlMessage(key, null);
+    view.redraw(item);
+    let keepBusy = false;
+    try {
+      const result = await api.approve(view.runId, item.approval_id, option.option_id);
+      if (result.accepted || result.status === 'duplicate') {
+        keepBusy = true; // the buttons go when approval.resolved arrives
+        view.setControlMessage(key, `Sent: ${option.name}`);
+      } else {
+        view.setControlMessage(key, result.message);
+      }
+    } catch (error) {
+      view.setControlMessage(key, error.message);
+    }
+    view.markBusy(key, keepBusy);
+    view.redraw(item);
+  }
+
+  async clarify(view, item, answer) {
+    view.clarifyFeedback(item, true, null);
+    try {
+      const result = await api.clarify(view.runId, item.clarify_id, answer);
+      if (result.accepted || result.status === 'duplicate') view.clarifyFeedback(item, true, 'Answer sent.');
+      else view.clarifyFeedback(item, false, result.message);
+    } catch (error) {
+      view.clarifyFeedback(item, false, error.message);
+    }
+  }
+
+  // Pending-intent actions; returns a note to show on the card, or null.
+  async intentAction(action, intent, extra) {
+    let note = null;
+    try {
+      let result = null;
+      if (action === 'edit') result = await api.editIntent(intent.id, { version: intent.version, text: extra.text });
+      else if (action === 'up' || action === 'down') result = await api.editIntent(intent.id, { version: intent.version, position: extra.position });
+      else if (action === 'delete') result = await api.deleteIntent(intent.id, intent.version);
+      else if (action === 'steer') result = await api.steerIntent(intent.id, this.activeView()?.runId);
+      else if (action === 'stop-and-send') result = await api.stopAndSend(intent.id, this.activeView()?.runId);
+      if (result && !['accepted', 'duplicate'].includes(result.status)) note = result.message;
+    } catch (error) {
+      // A 409 carries the item as it is now; the list below is re-read either way.
+      note = error.message;
+    }
+    try {
+      this.intents.setIntents(await api.intents(this.sessionId));
+    } catch {
+      // The socket's next session message brings the list.
+    }
+    return note;
+  }
+}

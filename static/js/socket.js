@@ -1,0 +1,164 @@
+// The session socket (issue 4's protocol) with reconnect and resume.
+//
+// On every (re)connect it subscribes with the cursors the app hands it
+// (`{run_id: last_seq}`), so the server replays only what the page lacks; the
+// app drops anything at or below its cursor anyway. Heartbeats carry no
+// cursor: they only prove the connection is alive.
+
+const BACKOFF_MS = [500, 1000, 2000, 4000, 8000];
+const BACKOFF_MAX_MS = 10000;
+const PING_MS = 15000;
+// Silence this long means a dead connection even if TCP has not noticed.
+const WATCHDOG_MS = 45000;
+// After this many failed attempts in a row the status line says "offline".
+const OFFLINE_AFTER = 4;
+// The server's application close codes (runs/consumers.py).
+const CLOSE_UNAUTHENTICATED = 4401;
+const CLOSE_NOT_FOUND = 4404;
+
+export class SessionSocket {
+  constructor({ sessionId, cursors, onEvent, onSession, onError, onState, onReconnectTick, onFatal }) {
+    this.sessionId = sessionId;
+    this.cursors = cursors;
+    this.onEvent = onEvent;
+    this.onSession = onSession;
+    this.onError = onError;
+    this.onState = onState;
+    this.onReconnectTick = onReconnectTick || (() => {});
+    this.onFatal = onFatal || (() => {});
+    this.ws = null;
+    this.failures = 0;
+    this.stopped = false;
+    this.state = 'connecting';
+    this.timer = null;
+    this.pingTimer = null;
+    this.lastMessageAt = 0;
+    this.nextAttemptAt = 0;
+    window.addEventListener('online', () => this.reconnectNow());
+    window.addEventListener('offline', () => this.setState('offline'));
+    document.addEventListener('visibilitychange', () => {
+      if (!document.hidden && this.state !== 'live') this.reconnectNow();
+    });
+  }
+
+  url() {
+    const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+    return `${scheme}://${location.host}/ws/sessions/${this.sessionId}/`;
+  }
+
+  setState(state) {
+    if (this.state === state) return;
+    this.state = state;
+    this.onState(state, { failures: this.failures, nextAttemptAt: this.nextAttemptAt });
+  }
+
+  start() {
+    this.stopped = false;
+    this.connect();
+  }
+
+  stop() {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    clearInterval(this.pingTimer);
+    if (this.ws) this.ws.close(1000, 'page closed');
+  }
+
+  // Subscribe again on a fresh connection, e.g. after the app reloaded the transcript.
+  resubscribe() {
+    if (this.ws) this.ws.close(4000, 'resubscribe');
+    else this.reconnectNow();
+  }
+
+  reconnectNow() {
+    if (this.stopped) return;
+    clearTimeout(this.timer);
+    if (this.ws && (this.ws.readyState === WebSocket.OPEN || this.ws.readyState === WebSocket.CONNECTING)) return;
+    this.connect();
+  }
+
+  connect() {
+    clearTimeout(this.timer);
+    let ws;
+    try {
+      ws = new WebSocket(this.url());
+    } catch {
+      this.scheduleReconnect();
+      return;
+    }
+    this.ws = ws;
+    let opened = false;
+    ws.onopen = () => {
+      opened = true;
+      this.lastMessageAt = Date.now();
+      this.send({ type: 'subscribe', after: this.cursors() });
+      clearInterval(this.pingTimer);
+      this.pingTimer = setInterval(() => this.keepAlive(), PING_MS);
+    };
+    ws.onmessage = (message) => {
+      this.lastMessageAt = Date.now();
+      if (this.failures || this.state !== 'live') {
+        // Only an answer proves the subscription works; an open that is closed at once does not.
+        this.failures = 0;
+        this.setState('live');
+      }
+      let data;
+      try {
+        data = JSON.parse(message.data);
+      } catch {
+        return;
+      }
+      if (data.type === 'event' && data.event) this.onEvent(data.event);
+      else if (data.type === 'session' && data.session) this.onSession(data.session);
+      else if (data.type === 'error') this.onError(data.code, data.message, data);
+    };
+    ws.onclose = (event) => {
+      clearInterval(this.pingTimer);
+      if (this.ws !== ws) return;
+      this.ws = null;
+      if (this.stopped) return;
+      if (event.code === 4000) {
+        this.connect();
+        return;
+      }
+      if (event.code === CLOSE_UNAUTHENTICATED || event.code === CLOSE_NOT_FOUND) {
+        // Retrying cannot help: signed out, or the session was deleted.
+        this.stopped = true;
+        this.setState('offline');
+        this.onFatal(event.code === CLOSE_UNAUTHENTICATED ? 'unauthenticated' : 'not_found');
+        return;
+      }
+      if (!opened || this.state !== 'live') this.failures += 1;
+      else this.failures = 1;
+      this.scheduleReconnect(event);
+    };
+    ws.onerror = () => {
+      // onclose follows and does the work.
+    };
+  }
+
+  keepAlive() {
+    if (Date.now() - this.lastMessageAt > WATCHDOG_MS && this.ws) {
+      this.ws.close(4001, 'silent');
+      return;
+    }
+    this.send({ type: 'ping' });
+  }
+
+  send(message) {
+    if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(message));
+  }
+
+  scheduleReconnect() {
+    const base = BACKOFF_MS[Math.min(this.failures - 1, BACKOFF_MS.length - 1)] ?? BACKOFF_MAX_MS;
+    // Jitter spreads a restart's reconnect storm over time.
+    const delay = Math.min(BACKOFF_MAX_MS, base) * (0.75 + Math.random() * 0.5);
+    this.nextAttemptAt = Date.now() + delay;
+    const offline = !navigator.onLine || this.failures >= OFFLINE_AFTER;
+    this.state = null;
+    this.setState(offline ? 'offline' : 'reconnecting');
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.connect(), delay);
+    this.onReconnectTick();
+  }
+}

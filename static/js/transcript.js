@@ -1,0 +1,536 @@
+// One turn of the conversation: the user's prompt and everything the run did.
+//
+// A TurnView owns a run's materialized state (runstate.js) and the DOM built
+// from it. Events mark items dirty; flush() redraws only those. Live text is
+// shown as plain text (textContent, pre-wrapped) and swapped for the
+// server-rendered, sanitized markdown once the run has settled.
+
+import { clear, copyText, formatTokens, h, humanize, pretty, swap } from './dom.js';
+import { renderDiff } from './diff.js';
+import { applyEvent, emptyState, relink } from './runstate.js';
+
+const SOURCE_LABELS = {
+  queue: 'from the queue',
+  stop_and_send: 'stop-and-send',
+  leftover_steer: 'leftover steer, sent as a turn',
+  workflow: 'workflow',
+};
+
+const WAITING_LABELS = {
+  queued: 'Queued — waiting for the runner…',
+  running: 'Working…',
+  awaiting_approval: 'Waiting for your approval',
+  awaiting_clarify: 'Waiting for your answer',
+  cancelling: 'Cancelling…',
+};
+
+const BANNERS = {
+  cancelled: 'Cancelled',
+  failed: 'Failed',
+  interrupted: 'Interrupted',
+};
+
+// Glyphs every common font has (no emoji font is assumed).
+const TOOL_ICONS = {
+  read: '¶',
+  edit: '✎',
+  delete: '✕',
+  move: '⇄',
+  search: '⌕',
+  execute: '▶',
+  think: '…',
+  fetch: '↓',
+  switch_mode: '⇄',
+  other: '•',
+};
+
+export class TurnView {
+  constructor(turn, handlers) {
+    this.runId = turn.run_id;
+    this.turn = turn;
+    this.state = relink(turn.state || emptyState());
+    this.handlers = handlers;
+    this.nodes = new Map();
+    this.dirty = new Set();
+    this.runDirty = true;
+    this.rendered = false;
+    this.renderedTerminal = false;
+    this.controlMessages = new Map();
+    this.busy = new Set();
+    this.el = this.build();
+    for (const item of this.state.items) this.dirty.add(item);
+    this.flush();
+  }
+
+  get terminal() {
+    return this.state.terminal;
+  }
+
+  get status() {
+    if (this.state.terminal) return this.state.terminal_state;
+    if (this.state.last_seq === 0 && this.turn.status) return this.turn.status;
+    return this.state.status;
+  }
+
+  get lastSeq() {
+    return this.state.last_seq;
+  }
+
+  build() {
+    const meta = this.turn.source_meta || {};
+    const label =
+      this.turn.source === 'workflow' && meta.workflow_name
+        ? `workflow: ${meta.workflow_name}`
+        : SOURCE_LABELS[this.turn.source];
+    this.itemsEl = h('div', { class: 'items' });
+    this.progressEl = h('div', { class: 'turn-progress', 'aria-live': 'polite' });
+    this.bannerEl = h('div', { class: 'turn-banner', hidden: true });
+    this.footerEl = h('div', { class: 'turn-footer' });
+    return h(
+      'article',
+      { class: 'turn', dataset: { runId: String(this.runId) } },
+      h(
+        'div',
+        { class: 'user-turn' },
+        h('div', { class: 'bubble user-text', text: this.turn.prompt_text || '' }),
+        label ? h('div', { class: 'turn-source', text: label }) : null,
+      ),
+      h('div', { class: 'assistant' }, this.itemsEl, this.progressEl, this.bannerEl, this.footerEl),
+    );
+  }
+
+  // Returns false for an event already applied (replay overlap).
+  apply(event) {
+    const change = applyEvent(this.state, event);
+    if (change === null) return false;
+    if (change.item) this.dirty.add(change.item);
+    if (change.created && change.item.kind === 'plan') {
+      // The previous plan card is superseded: it hides.
+      for (const item of this.state.items) if (item.kind === 'plan' && item !== change.item) this.dirty.add(item);
+    }
+    this.runDirty = true;
+    if (event.type === 'approval.resolved' || event.type === 'clarify.resolved') {
+      // The answer is on record now; what the click said in the meantime is moot.
+      const key = event.type === 'approval.resolved' ? `approval:${event.payload?.approval_id}` : `clarify:${event.payload?.clarify_id}`;
+      this.busy.delete(key);
+      this.controlMessages.delete(key);
+    }
+    if (event.type === 'done') {
+      // A request that was still open is now moot: redraw it as expired.
+      for (const item of this.state.items) if (item.kind === 'approval' || item.kind === 'clarify') this.dirty.add(item);
+    }
+    return true;
+  }
+
+  flush() {
+    if (this.dirty.size) {
+      for (const item of this.state.items) {
+        if (!this.dirty.has(item)) continue;
+        const node = this.nodes.get(item);
+        const index = this.state.items.indexOf(item);
+        if (!node) {
+          const fresh = this.renderItem(item, index);
+          this.nodes.set(item, fresh);
+          this.itemsEl.append(fresh);
+        } else {
+          this.updateItem(item, node, index);
+        }
+      }
+      this.dirty.clear();
+    }
+    if (this.runDirty) {
+      this.runDirty = false;
+      this.renderRunParts();
+    }
+  }
+
+  renderItem(item, index) {
+    const node = RENDERERS[item.kind]?.(item, this) ?? h('div', { class: 'item-unknown', text: item.kind });
+    node.dataset.item = String(index);
+    node.classList.add('item', `item-${item.kind}`);
+    return node;
+  }
+
+  updateItem(item, node, index) {
+    if (item.kind === 'text') {
+      if (!node.classList.contains('rendered')) node.textContent = item.text;
+      return;
+    }
+    if (item.kind === 'reasoning') {
+      node.querySelector('.reasoning-text').textContent = item.text;
+      node.querySelector('summary').textContent = item.done ? 'Thought' : 'Thinking…';
+      node.dataset.done = String(!!item.done);
+      return;
+    }
+    if (item.kind === 'clarify' && node.dataset.resolved === String(!!item.resolved) && !this.terminal) {
+      return; // keep what the user is typing
+    }
+    const fresh = swap(node, this.renderItem(item, index));
+    this.nodes.set(item, fresh);
+  }
+
+  renderRunParts() {
+    const status = this.status;
+    this.el.dataset.status = status || '';
+    const waiting = !this.terminal ? WAITING_LABELS[status] : null;
+    this.progressEl.hidden = !waiting;
+    if (waiting) {
+      const detail = this.state.progress && status === 'running' ? this.state.progress : waiting;
+      this.progressEl.replaceChildren(h('span', { class: 'spinner', 'aria-hidden': 'true' }), h('span', { text: detail }));
+    }
+    const banner = this.terminal ? BANNERS[this.state.terminal_state] : null;
+    this.bannerEl.hidden = !banner;
+    if (banner) {
+      const lastError = this.state.errors.length ? this.state.errors[this.state.errors.length - 1] : null;
+      let reason = this.state.terminal_reason || this.turn.error || lastError?.message || this.state.stop_reason || '';
+      if (reason.toLowerCase() === this.state.terminal_state) reason = '';
+      this.bannerEl.className = `turn-banner banner-${this.state.terminal_state}`;
+      this.bannerEl.setAttribute('role', this.state.terminal_state === 'cancelled' ? 'status' : 'alert');
+      this.bannerEl.replaceChildren(h('strong', { text: banner }), reason ? h('span', { class: 'reason', text: reason }) : null);
+    }
+    const parts = [];
+    if (this.terminal && this.state.stop_reason && !['end_turn', 'cancelled'].includes(this.state.stop_reason)) {
+      parts.push(`stopped: ${humanize(this.state.stop_reason)}`);
+    }
+    const usage = this.state.usage_final || {};
+    const total = usage.totalTokens ?? usage.total_tokens;
+    if (typeof total === 'number') parts.push(`${formatTokens(total)} tokens`);
+    this.footerEl.textContent = parts.join(' · ');
+    this.footerEl.hidden = !parts.length;
+  }
+
+  // Swap live plain text for the sanitized markdown the server rendered.
+  applyFragment(section) {
+    for (const block of section.querySelectorAll('.md[data-item]')) {
+      const index = Number(block.dataset.item);
+      const item = this.state.items[index];
+      const node = item && this.nodes.get(item);
+      if (!node || item.kind !== 'text' || (item.message_id ?? '') !== (block.dataset.messageId ?? '')) continue;
+      node.replaceChildren(...[...block.childNodes].map((child) => document.importNode(child, true)));
+      node.classList.remove('live');
+      node.classList.add('rendered');
+      decorateCode(node);
+    }
+    this.rendered = true;
+  }
+
+  // Redraw one item now (an answer to a control came back).
+  redraw(item) {
+    const node = this.nodes.get(item);
+    if (!node) return;
+    const fresh = swap(node, this.renderItem(item, this.state.items.indexOf(item)));
+    this.nodes.set(item, fresh);
+  }
+
+  // A clarify form is not redrawn while open (it would drop what the user typed): patch it in place.
+  clarifyFeedback(item, busy, message) {
+    const node = this.nodes.get(item);
+    if (!node) return;
+    const button = node.querySelector('button[type=submit]');
+    if (button) button.disabled = busy;
+    node.querySelector('.control-message')?.remove();
+    if (message) node.append(h('div', { class: 'control-message', role: 'status', text: message }));
+  }
+
+  setControlMessage(key, message) {
+    if (message) this.controlMessages.set(key, message);
+    else this.controlMessages.delete(key);
+  }
+
+  markBusy(key, busy) {
+    if (busy) this.busy.add(key);
+    else this.busy.delete(key);
+  }
+}
+
+// ---------------------------------------------------------------- items
+
+const RENDERERS = {
+  text: (item) => h('div', { class: 'md live', text: item.text }),
+  reasoning: (item) =>
+    h(
+      'details',
+      { class: 'reasoning', dataset: { key: `r:${item.reasoning_id}`, done: String(!!item.done) } },
+      h('summary', { text: item.done ? 'Thought' : 'Thinking…' }),
+      h('div', { class: 'reasoning-text', text: item.text }),
+    ),
+  tool: renderTool,
+  plan: renderPlan,
+  approval: renderApproval,
+  clarify: renderClarify,
+  steer: (item) =>
+    h(
+      'div',
+      { class: 'control-event', role: 'note' },
+      h('span', { class: 'control-label', text: 'Steer' }),
+      h('span', { class: 'control-text', text: item.text }),
+      h('span', { class: 'control-state', text: 'delivered' }),
+    ),
+  // A run's final error is what its banner says; shown once, there.
+  error: (item) =>
+    item.terminal
+      ? h('div', { class: 'item-error-final', hidden: true, text: item.message || '' })
+      : h(
+          'div',
+          { class: 'item-error-box', role: 'alert' },
+          h('strong', { text: item.code ? `Error (${item.code})` : 'Error' }),
+          ' ',
+          h('span', { text: item.message || '' }),
+        ),
+};
+
+function renderToolContent(content) {
+  return (content || []).map((block) => {
+    if (block.type === 'diff') return renderDiff(block);
+    if (block.type === 'text') return h('pre', { class: 'tool-text', text: block.text || '' });
+    if (block.type === 'terminal') return h('div', { class: 'tool-terminal', text: `terminal ${block.terminal_id || ''}` });
+    return null;
+  });
+}
+
+function renderTool(item) {
+  const key = item.tool_call_id;
+  const hasArgs = item.arguments !== undefined && item.arguments !== null;
+  const hasOutput = item.output !== undefined && item.output !== null && item.output !== '';
+  const duration = typeof item.duration === 'number' ? `${item.duration.toFixed(item.duration < 10 ? 1 : 0)}s` : '';
+  return h(
+    'div',
+    { class: 'tool-card', dataset: { status: item.status || '', toolKind: item.tool_kind || 'other' } },
+    h(
+      'div',
+      { class: 'tool-head' },
+      h('span', { class: 'tool-icon', 'aria-hidden': 'true', text: TOOL_ICONS[item.tool_kind] || TOOL_ICONS.other }),
+      h('span', { class: 'tool-title', text: item.title || item.tool_call_id || 'Tool call' }),
+      item.tool_kind ? h('span', { class: 'badge tool-kind', text: item.tool_kind }) : null,
+      h('span', { class: `badge tool-status status-${item.status || 'pending'}`, text: humanize(item.status || 'pending') }),
+      duration ? h('span', { class: 'tool-duration', text: duration }) : null,
+    ),
+    hasArgs
+      ? h('details', { class: 'tool-args', dataset: { key: `args:${key}` } }, h('summary', { text: 'Arguments' }), h('pre', { text: pretty(item.arguments) }))
+      : null,
+    h('div', { class: 'tool-content' }, renderToolContent(item.content)),
+    hasOutput
+      ? h('details', { class: 'tool-output', dataset: { key: `out:${key}` } }, h('summary', { text: 'Output' }), h('pre', { text: pretty(item.output) }))
+      : null,
+  );
+}
+
+const PLAN_MARKS = { completed: '✓', in_progress: '◐', pending: '○' };
+
+function renderPlan(item, view) {
+  const entries = item.entries || [];
+  const done = entries.filter((e) => e.status === 'completed').length;
+  const latest = view.state.items.findLast((i) => i.kind === 'plan') === item;
+  if (!latest) {
+    // Superseded by a later update: the latest plan card carries the whole checklist.
+    return h('div', { class: 'plan-superseded', hidden: true });
+  }
+  return h(
+    'div',
+    { class: 'plan' },
+    h('div', { class: 'plan-head' }, h('strong', { text: 'Plan' }), h('span', { class: 'plan-count', text: `${done}/${entries.length}` })),
+    h(
+      'ul',
+      { class: 'checklist' },
+      entries.map((entry) =>
+        h(
+          'li',
+          { dataset: { status: entry.status || 'pending' } },
+          h('span', { class: 'mark', 'aria-hidden': 'true', text: PLAN_MARKS[entry.status] || '○' }),
+          h('span', { class: 'entry', text: entry.content || '' }),
+          h('span', { class: 'visually-hidden', text: ` (${humanize(entry.status || 'pending')})` }),
+          entry.priority && entry.priority !== 'medium' ? h('span', { class: `badge priority-${entry.priority}`, text: entry.priority }) : null,
+        ),
+      ),
+    ),
+  );
+}
+
+function renderApproval(item, view) {
+  const key = `approval:${item.approval_id}`;
+  const open = !item.resolved && !view.terminal;
+  const chosen = (item.options || []).find((o) => o.option_id === item.choice);
+  let state = 'pending';
+  let result = null;
+  if (item.resolved) {
+    state = chosen && chosen.kind?.startsWith('reject') ? 'denied' : item.outcome === 'cancelled' ? 'cancelled' : 'resolved';
+    result = chosen ? `Answered: ${chosen.name}` : `Resolved (${humanize(item.outcome || 'no choice')})`;
+  } else if (view.terminal) {
+    state = 'expired';
+    result = 'No longer waiting: the run ended.';
+  }
+  const busy = view.busy.has(key);
+  const message = view.controlMessages.get(key);
+  return h(
+    'div',
+    { class: 'approval-card', dataset: { state, approvalId: item.approval_id }, role: open ? 'group' : null, 'aria-label': 'Approval request' },
+    h(
+      'div',
+      { class: 'approval-head' },
+      h('span', { class: 'approval-label', text: open ? 'Approval needed' : 'Approval' }),
+      h('span', { class: 'approval-title', text: item.title || 'Permission requested' }),
+      item.tool_kind ? h('span', { class: 'badge', text: item.tool_kind }) : null,
+    ),
+    item.arguments !== undefined && item.arguments !== null
+      ? h('details', { class: 'tool-args', dataset: { key: `args:${key}` } }, h('summary', { text: 'Arguments' }), h('pre', { text: pretty(item.arguments) }))
+      : null,
+    h('div', { class: 'tool-content' }, renderToolContent(item.content)),
+    open
+      ? h(
+          'div',
+          { class: 'approval-options' },
+          (item.options || []).map((option) =>
+            h('button', {
+              type: 'button',
+              class: `btn option option-${(option.kind || '').startsWith('reject') ? 'reject' : 'allow'}`,
+              dataset: { optionId: option.option_id, kind: option.kind || '' },
+              disabled: busy,
+              text: option.name || option.option_id,
+              onclick: () => view.handlers.approve(view, item, option),
+            }),
+          ),
+        )
+      : null,
+    result ? h('div', { class: 'approval-result', text: result }) : null,
+    open && message ? h('div', { class: 'control-message', role: 'status', text: message }) : null,
+  );
+}
+
+function schemaFields(schema) {
+  const properties = schema && typeof schema === 'object' ? schema.properties || {} : {};
+  const required = new Set(Array.isArray(schema?.required) ? schema.required : []);
+  return Object.entries(properties).map(([name, prop]) => ({ name, prop: prop || {}, required: required.has(name) }));
+}
+
+function fieldInput(field, id) {
+  const { name, prop, required } = field;
+  const type = Array.isArray(prop.type) ? prop.type.find((t) => t !== 'null') : prop.type;
+  const common = { id, name, required };
+  if (Array.isArray(prop.enum) || Array.isArray(prop.oneOf)) {
+    const choices = prop.enum
+      ? prop.enum.map((value) => ({ value, label: String(value) }))
+      : prop.oneOf.map((o) => ({ value: o.const, label: o.title || String(o.const) }));
+    return h(
+      'select',
+      common,
+      required ? null : h('option', { value: '', text: '—' }),
+      choices.map((c) => h('option', { value: String(c.value), text: c.label, selected: prop.default === c.value ? true : null })),
+    );
+  }
+  if (type === 'boolean') return h('input', { ...common, type: 'checkbox', required: false, checked: prop.default === true });
+  if (type === 'number' || type === 'integer') {
+    return h('input', {
+      ...common,
+      type: 'number',
+      step: type === 'integer' ? '1' : 'any',
+      min: prop.minimum,
+      max: prop.maximum,
+      value: prop.default !== undefined ? String(prop.default) : null,
+    });
+  }
+  const long = (prop.maxLength ?? 0) > 200 || prop.format === 'textarea' || prop['x-multiline'];
+  const inputType = { email: 'email', uri: 'url', date: 'date', 'date-time': 'datetime-local' }[prop.format] || 'text';
+  const attrs = { ...common, maxlength: prop.maxLength, minlength: prop.minLength, placeholder: prop.examples?.[0] ?? null };
+  if (long) return h('textarea', { ...attrs, rows: 3, value: prop.default ?? '' });
+  return h('input', { ...attrs, type: inputType, value: prop.default ?? '', autocomplete: 'off' });
+}
+
+function readForm(form, fields) {
+  const answer = {};
+  for (const { name, prop } of fields) {
+    const input = form.elements.namedItem(name);
+    if (!input) continue;
+    const type = Array.isArray(prop.type) ? prop.type.find((t) => t !== 'null') : prop.type;
+    if (type === 'boolean') answer[name] = input.checked;
+    else if (type === 'number' || type === 'integer') {
+      if (input.value !== '') answer[name] = Number(input.value);
+    } else if (input.value !== '' || !prop.enum) answer[name] = input.value;
+  }
+  return answer;
+}
+
+function describeAnswer(answer) {
+  if (answer === null || answer === undefined) return '';
+  if (typeof answer !== 'object') return String(answer);
+  return Object.entries(answer)
+    .map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`)
+    .join(', ');
+}
+
+function renderClarify(item, view) {
+  const key = `clarify:${item.clarify_id}`;
+  const open = !item.resolved && !view.terminal;
+  const fields = schemaFields(item.schema);
+  const busy = view.busy.has(key);
+  const message = view.controlMessages.get(key);
+  let result = null;
+  if (item.resolved) {
+    const given = describeAnswer(item.answer);
+    result = given ? `Answered: ${given}` : `Closed (${humanize(item.outcome || 'no answer')})`;
+  } else if (view.terminal) {
+    result = 'No longer waiting: the run ended.';
+  }
+  const prefix = `clarify-${view.runId}-${String(item.clarify_id).replace(/[^A-Za-z0-9_-]/g, '_')}`;
+  const body = [];
+  if (open) {
+    if (fields.length) {
+      for (const field of fields) {
+        const id = `${prefix}-${field.name.replace(/[^A-Za-z0-9_-]/g, '_')}`;
+        body.push(
+          h(
+            'div',
+            { class: 'field' },
+            h('label', { for: id, text: `${field.prop.title || field.name}${field.required ? ' *' : ''}` }),
+            field.prop.description ? h('div', { class: 'hint', text: field.prop.description }) : null,
+            fieldInput(field, id),
+          ),
+        );
+      }
+    } else {
+      body.push(h('div', { class: 'field' }, h('textarea', { name: '__text', rows: 3, required: true, 'aria-label': 'Your answer' })));
+    }
+    body.push(h('div', { class: 'clarify-actions' }, h('button', { type: 'submit', class: 'btn primary', disabled: busy, text: 'Answer' })));
+  }
+  const form = h(
+    'form',
+    {
+      class: 'clarify-card',
+      dataset: { clarifyId: item.clarify_id, resolved: String(!!item.resolved), state: open ? 'open' : 'closed' },
+      onsubmit: (event) => {
+        event.preventDefault();
+        if (!open) return;
+        const answer = fields.length ? readForm(event.currentTarget, fields) : event.currentTarget.elements.namedItem('__text').value;
+        view.handlers.clarify(view, item, answer);
+      },
+    },
+    h('div', { class: 'clarify-head' }, h('span', { class: 'approval-label', text: open ? 'Question' : 'Question answered' })),
+    h('p', { class: 'clarify-question', text: item.question || '' }),
+    body,
+    result ? h('div', { class: 'approval-result', text: result }) : null,
+    message ? h('div', { class: 'control-message', role: 'status', text: message }) : null,
+  );
+  return form;
+}
+
+// Code blocks in rendered markdown get a language tag and a copy button.
+export function decorateCode(root) {
+  for (const pre of root.querySelectorAll('pre')) {
+    if (pre.parentElement?.classList.contains('code-block')) continue;
+    const code = pre.querySelector('code');
+    const language = [...(code?.classList || [])].find((c) => c.startsWith('language-'))?.slice(9) || '';
+    const button = h('button', {
+      type: 'button',
+      class: 'copy-code',
+      text: 'Copy',
+      'aria-label': 'Copy code',
+      onclick: async () => {
+        const ok = await copyText((code || pre).textContent);
+        button.textContent = ok ? 'Copied' : 'Copy failed';
+        setTimeout(() => (button.textContent = 'Copy'), 1500);
+      },
+    });
+    const wrapper = h('div', { class: 'code-block' }, h('div', { class: 'code-bar' }, h('span', { class: 'code-lang', text: language }), button));
+    pre.replaceWith(wrapper);
+    wrapper.append(pre);
+  }
+}
