@@ -8,24 +8,30 @@ answers, not errors; 404 means only that the run is not yours (or not there).
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from django.http import HttpRequest
+import orjson
+from django.http import HttpRequest, HttpResponse
+from django.utils.text import slugify
 from ninja import Header, Path, Query, Router, Status
 
 from hermesweb.auth import get_visible
 from hermesweb.errors import ApiError
 from intents.models import PendingIntent
-from projects.models import Session
-from runs import controls, journal
+from projects.models import Project, Session
+from runs import controls, jobs, journal
 from runs import services as run_services
-from runs.models import JournalEvent, Run
+from runs.export import session_json, session_markdown
+from runs.models import AgentJob, AgentJobKind, AgentJobState, JournalEvent, Run
 from runs.schemas import (
     ApprovalIn,
     ClarifyIn,
     ControlResultOut,
     EventsPage,
     GoalIn,
+    ImportIn,
+    JobError,
+    JobOut,
     MessageIn,
     RunStatusOut,
     SubmitOut,
@@ -218,3 +224,101 @@ def session_goal(request: HttpRequest, id: int, payload: GoalIn) -> ControlResul
         return control_out(controls.do_goal(session, payload.action, payload.text))
     except controls.InvalidControl as exc:
         raise invalid_control(exc) from None
+
+
+# ---------------------------------------------------------------- export
+
+ExportFormat = Literal["markdown", "json"]
+
+
+@router.get(
+    "/sessions/{id}/export",
+    tags=["sessions"],
+    response={200: None},
+    openapi_extra={
+        "responses": {
+            200: {
+                "description": "The transcript as a download: `text/markdown` or `application/json`.",
+                "content": {"text/markdown": {}, "application/json": {}},
+            }
+        }
+    },
+)
+def export_session(
+    request: HttpRequest,
+    id: int,
+    format: Annotated[ExportFormat, Query(description="markdown (default) or json")] = "markdown",
+) -> HttpResponse:
+    """The session's transcript, materialized from the journal, as a Markdown or JSON attachment."""
+    session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
+    stem = f"{slugify(session.title)[:60] or 'session'}-{session.pk}"
+    if format == "json":
+        body = orjson.dumps(session_json(session), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+        response = HttpResponse(body, content_type="application/json")
+        response["Content-Disposition"] = f'attachment; filename="{stem}.json"'
+    else:
+        response = HttpResponse(session_markdown(session), content_type="text/markdown; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{stem}.md"'
+    return response
+
+
+# ---------------------------------------------------------------- session discovery (agent jobs)
+
+
+def job_out(job: AgentJob) -> JobOut:
+    result: dict[str, Any] | None = job.result if job.state == AgentJobState.DONE else None
+    if result is not None and job.kind == AgentJobKind.LIST_SESSIONS:
+        # Which listed sessions this project already holds: read now, not when the agent was asked.
+        listed = result.get("sessions") or []
+        held = dict(
+            Session.objects.filter(
+                project_id=job.project_id, agent_session_id__in=[s.get("agent_session_id") for s in listed]
+            )
+            .order_by("-pk")
+            .values_list("agent_session_id", "pk")
+        )
+        result = {
+            **result,
+            "sessions": [{**s, "session_id": held.get(s.get("agent_session_id"))} for s in listed],
+        }
+    error = JobError(code=job.error_code, message=job.error) if job.state == AgentJobState.FAILED else None
+    return JobOut(
+        id=job.pk,
+        kind=job.kind,
+        project_id=job.project_id,
+        state=job.state,
+        payload=job.payload,
+        result=result,
+        error=error,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+    )
+
+
+@router.post("/projects/{id}/discover", response={202: JobOut}, tags=["discovery"])
+def discover_sessions(request: HttpRequest, id: int) -> Status[JobOut]:
+    """List the agent's own sessions in the project's directory (`session/list`), through a runner.
+
+    Answers a job at once; poll `GET /jobs/{id}` until it is done. Each listed
+    session says which hermesweb session already holds it (`session_id`).
+    """
+    project = get_visible(Project.objects, request.auth, id, "project")
+    return Status(202, job_out(jobs.request_discovery(project, request.auth)))
+
+
+@router.post("/projects/{id}/import", response={202: JobOut}, tags=["discovery"])
+def import_session(request: HttpRequest, id: int, payload: ImportIn) -> Status[JobOut]:
+    """Import an agent session as a hermesweb session whose history is journaled once.
+
+    Idempotent: an agent session already imported in this project answers a
+    done job with the same `session_id`; a pending request for it is reused.
+    """
+    project = get_visible(Project.objects, request.auth, id, "project")
+    return Status(202, job_out(jobs.request_import(project, payload.agent_session_id, request.auth)))
+
+
+@router.get("/jobs/{id}", response=JobOut, tags=["discovery"])
+def get_job(request: HttpRequest, id: int) -> JobOut:
+    """A discovery or import job: its state, then its result or error."""
+    return job_out(get_visible(AgentJob.objects, request.auth, id, "job"))

@@ -208,6 +208,7 @@ def run_status(run: Run) -> dict[str, Any]:
             run, EventType.CLARIFY_REQUESTED, EventType.CLARIFY_RESOLVED, "clarify_id"
         ),
         "source": run.source,
+        "prompt_text": run.prompt_text,
         "error": run.error or None,
         "usage": run.usage or {},
         "created_at": run.created_at,

@@ -65,6 +65,7 @@ class RunExecution:
         self.abort_reason = ""
         self.steers_in_flight = 0
         self.turn_over = False
+        self.prompt_sent = asyncio.Event()
         self.applying: set[int] = set()
         self._bg: set[asyncio.Task[Any]] = set()
 
@@ -177,6 +178,7 @@ class RunExecution:
         )
         task = asyncio.ensure_future(process.call(prompt))
         task.add_done_callback(self._turn_over)
+        self.prompt_sent.set()
         aborted = asyncio.ensure_future(self.aborted.wait())
         try:
             done, _ = await asyncio.wait({task, aborted}, return_when=asyncio.FIRST_COMPLETED)
@@ -484,6 +486,17 @@ class RunExecution:
     async def _apply_steer(self, control: Control) -> None:
         text = control.payload.get("text", "")
         intent_id = int(control.target_id)
+        if not self.prompt_sent.is_set():
+            # The run is `running` while the agent starts and the session opens: hold the
+            # steer until the turn exists rather than refuse it. If the turn never starts
+            # (failure, cancel) the control stays pending and the run's end settles it.
+            waiter = asyncio.ensure_future(self.prompt_sent.wait())
+            ended = asyncio.ensure_future(self.aborted.wait())
+            await asyncio.wait({waiter, ended}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            ended.cancel()
+            if not self.prompt_sent.is_set():
+                return
         steer = (self.process.capabilities.get("steer") if self.process else None) or False
         if not steer or self.process is None or not self.agent_session_id:
             await sync_to_async(_steer_failed)(

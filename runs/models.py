@@ -9,11 +9,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
 
-from projects.models import Session
+from projects.models import Project, Session
 
 
 class RunStatus(models.TextChoices):
@@ -45,6 +46,7 @@ class RunSource(models.TextChoices):
     QUEUE = "queue"
     STOP_AND_SEND = "stop_and_send"
     LEFTOVER_STEER = "leftover_steer"
+    IMPORT = "import"  # a turn of an agent session's history, imported by discovery
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -240,8 +242,6 @@ class Control(models.Model):
 
 class RunnerQuerySet(models.QuerySet["Runner"]):
     def alive(self, now: datetime | None = None) -> RunnerQuerySet:
-        from django.conf import settings
-
         now = now or timezone.now()
         horizon = now - timezone.timedelta(seconds=settings.HERMESWEB_LEASE_SECONDS)
         return self.filter(stopped_at__isnull=True, heartbeat_at__gte=horizon)
@@ -263,3 +263,52 @@ class Runner(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class AgentJobKind(models.TextChoices):
+    LIST_SESSIONS = "list_sessions"
+    IMPORT_SESSION = "import_session"
+
+
+class AgentJobState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class AgentJobQuerySet(models.QuerySet["AgentJob"]):
+    def visible_to(self, user: Any) -> AgentJobQuerySet:
+        return self if user.is_staff else self.filter(project__owner=user)
+
+
+class AgentJob(models.Model):
+    """Agent work asked for by the web process and done by a runner (docs/operations.md).
+
+    The web process owns no agent, so session discovery and import are durable
+    rows a runner claims, executes and answers in `result` (or `error`).
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="agent_jobs")
+    kind = models.CharField(max_length=30, choices=AgentJobKind.choices)
+    payload = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=AgentJobState.choices, default=AgentJobState.PENDING)
+    result = models.JSONField(default=dict, blank=True)
+    error_code = models.CharField(max_length=50, blank=True)
+    error = models.TextField(blank=True)
+    runner_id = models.CharField(max_length=100, blank=True, help_text="The runner that claimed it.")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = AgentJobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["state", "created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.kind} job {self.pk} ({self.state})"

@@ -28,6 +28,7 @@ from django.conf import settings
 from runs import leases
 from runs.agents import AgentPool, AgentProcess
 from runs.execution import RunExecution
+from runs.jobs import JobLoop
 from runs.models import Control, Run
 from runs.notify import RUNNERS_GROUP
 from runs.services import do_mark_interrupted
@@ -72,6 +73,7 @@ class RunnerProcess:
             asyncio.ensure_future(self._lease_loop()),
             asyncio.ensure_future(self._control_loop()),
             asyncio.ensure_future(self._doorbell_loop()),
+            asyncio.ensure_future(JobLoop(self).run()),  # session discovery/import (runs/jobs.py)
         ]
         await self.stopping.wait()
         log.info("runner %s stopping: no new claims; %d turn(s) finishing", self.runner_id, len(self.tasks))

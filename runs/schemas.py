@@ -72,6 +72,7 @@ class RunStatusOut(Schema):
     session_id: int
     status: str
     source: str
+    prompt_text: str = Field(description="What the user sent: lets a client draw a turn it just discovered.")
     last_seq: int
     last_event_id: str | None
     terminal: bool
@@ -140,3 +141,40 @@ class TranscriptOut(Schema):
     active_run_id: int | None
     turns: list[TurnOut]
     intents: list[IntentOut] = Field(description="The session's open intents (waiting or stopping).")
+
+
+# ---------------------------------------------------------------- session discovery (agent jobs)
+
+
+class ImportIn(Schema):
+    agent_session_id: Annotated[str, StringConstraints(min_length=1, max_length=200)] = Field(
+        description="A `sessionId` from the agent's session list (`POST /projects/{id}/discover`)."
+    )
+
+
+class JobError(Schema):
+    code: str = Field(
+        description="agent_unknown | agent_start_failed | agent_died | agent_timeout | list_unsupported | "
+        "list_failed | load_unsupported | load_failed | empty_history | session_busy | runner_lost | "
+        "runner_shutdown | runner_error"
+    )
+    message: str
+
+
+class JobOut(Schema):
+    """An agent job: the runner does the ACP work; poll until `state` is done or failed."""
+
+    id: int
+    kind: str = Field(description="list_sessions | import_session")
+    project_id: int
+    state: str = Field(description="pending | running | done | failed")
+    payload: dict[str, Any]
+    result: dict[str, Any] | None = Field(
+        description="list_sessions: {sessions: [{agent_session_id, cwd, title, updated_at, session_id}], "
+        "truncated}, where session_id is the hermesweb session already holding it (or null); "
+        "import_session: {session_id, agent_session_id, created, turns}."
+    )
+    error: JobError | None
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None

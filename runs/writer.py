@@ -16,7 +16,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import transaction
 
-from runs import journal, services
+from runs import journal, notify, services
 from runs.journal import NewEvent
 from runs.models import EventType, JournalEvent
 
@@ -81,7 +81,12 @@ class JournalWriter:
             batch = self._take() + list(extra)
             if not batch:
                 return []
-            return await sync_to_async(_append)(self.run_id, batch, also, run_updates)
+            rows, session_id = await sync_to_async(_append)(self.run_id, batch, also, run_updates)
+            # Committed: publish from this loop, still under the lock so notifications keep
+            # journal order. (Publishing on commit inside the database thread would park that
+            # thread — which every run of this process shares — until the loop had sent it.)
+            await notify.apublish_events(session_id, self.run_id, journal.envelopes(rows, session_id))
+            return rows
 
     def _take(self) -> list[NewEvent]:
         if self._timer is not None:
@@ -100,9 +105,11 @@ class JournalWriter:
 
 def _append(
     run_id: int, batch: list[NewEvent], also: Callable[[], None] | None, updates: dict[str, Any]
-) -> list[JournalEvent]:
+) -> tuple[list[JournalEvent], int]:
+    if transaction.get_connection().in_atomic_block:
+        raise RuntimeError("the writer publishes after its own commit: it must not run inside atomic()")
     with transaction.atomic():
-        rows = journal.append_batch(run_id, batch, **updates)
+        rows, session_id = journal.append_unpublished(run_id, batch, **updates)
         if also is not None:
             also()
-    return rows
+    return rows, session_id

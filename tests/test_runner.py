@@ -311,3 +311,16 @@ def test_steer_reaches_an_agent_that_advertises_the_session_steering_extension(
     assert steer.intent is not None
     steer.intent.refresh_from_db()
     assert steer.intent.state == "delivered"
+
+
+def test_a_steer_sent_while_the_agent_starts_waits_for_the_turn(runner: Proc, session: Any) -> None:
+    run = run_of(submit(session, "toolloop"))
+    wait_event(run, "run.started")  # claimed; the agent process and session are still opening
+    steer = submit(session, "early guidance", mode="steer")
+    assert steer.kind == "steer"
+    delivered = wait_event(run, "steer.delivered")
+    assert delivered.payload["text"] == "early guidance"
+    wait_status(run, RunStatus.COMPLETED, log=runner.log)
+    assert steer.intent is not None
+    steer.intent.refresh_from_db()
+    assert steer.intent.state == "delivered"

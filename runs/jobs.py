@@ -1,0 +1,526 @@
+"""Agent jobs: session discovery and import, executed by a runner.
+
+Design note: docs/operations.md ("Session discovery"). The web process owns no
+agent, so it writes an `AgentJob` row and rings the doorbell; a runner claims
+the job (a conditional UPDATE, SKIP LOCKED on PostgreSQL), talks ACP through
+its AgentPool — the same process the project's turns use — and records the
+result. A job whose runner vanished is failed by any other runner; asking
+again is safe because an import is idempotent by (project, agent session id).
+
+- `list_sessions`: `session/list` filtered by the project's cwd, every page.
+- `import_session`: `session/load` with a sink that keeps the replayed history
+  (a normal reload drops it), the history split at each user message into
+  completed `import` runs journaled once, and the agent session marked loaded
+  in that process so the session's next turn prompts without reloading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import acp
+from acp import schema
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from projects.models import Project, Session
+from runs import journal, notify
+from runs.agents import AgentDied, AgentProcess
+from runs.journal import NewEvent, done_event
+from runs.models import AgentJob, AgentJobKind, AgentJobState, EventType, Run, Runner, RunSource, RunStatus
+from runs.translate import Translator, _text_of, as_dict
+
+if TYPE_CHECKING:
+    from runs.runner import RunnerProcess
+
+log = logging.getLogger(__name__)
+
+LIST_TIMEOUT = 60.0
+LOAD_TIMEOUT = 300.0
+# A misbehaving agent could hand out cursors forever: stop after this many pages.
+MAX_LIST_PAGES = 50
+MAX_CONCURRENT_JOBS = 4
+# Imported deltas of one segment are merged up to this size, like the live writer's coalescing.
+MERGE_LIMIT = 64 * 1024
+# Session-level updates: they describe the session, not a turn of its history.
+SESSION_UPDATES = ("available_commands_update", "session_info_update", "current_mode_update")
+
+
+class JobFailed(Exception):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# ---------------------------------------------------------------- web side
+
+
+def request_discovery(project: Project, user: Any = None) -> AgentJob:
+    job = AgentJob.objects.create(project=project, kind=AgentJobKind.LIST_SESSIONS, requested_by=_user(user))
+    transaction.on_commit(lambda: notify.wake_runners("job.queued"))
+    return job
+
+
+def request_import(project: Project, agent_session_id: str, user: Any = None) -> AgentJob:
+    """Ask for an import; an already imported session answers at once, an open request is reused."""
+    with transaction.atomic():
+        # Serialise import requests of one project so two clicks make one job.
+        project = Project.objects.select_for_update().get(pk=project.pk)
+        existing = imported_session(project.pk, agent_session_id)
+        if existing is not None:
+            now = timezone.now()
+            return AgentJob.objects.create(
+                project=project,
+                kind=AgentJobKind.IMPORT_SESSION,
+                payload={"agent_session_id": agent_session_id},
+                state=AgentJobState.DONE,
+                result=_import_result(existing, created=False),
+                requested_by=_user(user),
+                started_at=now,
+                finished_at=now,
+            )
+        open_job = AgentJob.objects.filter(
+            project=project,
+            kind=AgentJobKind.IMPORT_SESSION,
+            state__in=(AgentJobState.PENDING, AgentJobState.RUNNING),
+            payload__agent_session_id=agent_session_id,
+        ).first()
+        if open_job is not None:
+            return open_job
+        job = AgentJob.objects.create(
+            project=project,
+            kind=AgentJobKind.IMPORT_SESSION,
+            payload={"agent_session_id": agent_session_id},
+            requested_by=_user(user),
+        )
+        transaction.on_commit(lambda: notify.wake_runners("job.queued"))
+    return job
+
+
+def _user(user: Any) -> Any:
+    return user if user is not None and getattr(user, "pk", None) else None
+
+
+def imported_session(project_id: int, agent_session_id: str) -> Session | None:
+    sessions = Session.objects.filter(project_id=project_id, agent_session_id=agent_session_id)
+    return sessions.order_by("pk").first()
+
+
+def _import_result(session: Session, *, created: bool) -> dict[str, Any]:
+    return {
+        "session_id": session.pk,
+        "agent_session_id": session.agent_session_id,
+        "created": created,
+        "turns": Run.objects.filter(session=session, source=RunSource.IMPORT).count(),
+    }
+
+
+# ---------------------------------------------------------------- runner side: rows
+
+
+def claim_job(runner_id: str) -> int | None:
+    """Take the oldest pending job, or None; safe with any number of runners."""
+    if not AgentJob.objects.filter(state=AgentJobState.PENDING).exists():
+        # Jobs are rare: a plain read first, so polling takes no write lock (SQLite's IMMEDIATE).
+        return None
+    with transaction.atomic():
+        candidates = AgentJob.objects.filter(state=AgentJobState.PENDING).order_by("created_at", "id")
+        if connection.vendor == "postgresql":
+            candidates = candidates.select_for_update(skip_locked=True)
+        job_id = candidates.values_list("pk", flat=True).first()
+        if job_id is None:
+            return None
+        claimed = AgentJob.objects.filter(pk=job_id, state=AgentJobState.PENDING).update(
+            state=AgentJobState.RUNNING, runner_id=runner_id, started_at=timezone.now()
+        )
+        return job_id if claimed else None
+
+
+def finish_job(
+    job_id: int, *, result: dict[str, Any] | None = None, error_code: str = "", error: str = ""
+) -> None:
+    state = AgentJobState.FAILED if error_code else AgentJobState.DONE
+    AgentJob.objects.filter(pk=job_id, state=AgentJobState.RUNNING).update(
+        state=state, result=result or {}, error_code=error_code, error=error, finished_at=timezone.now()
+    )
+
+
+def reap_orphaned_jobs(reaper_id: str) -> list[int]:
+    """Fail running jobs whose runner stopped heartbeating; asking again is safe."""
+    alive = set(Runner.objects.alive().values_list("pk", flat=True)) | {reaper_id}
+    orphaned = list(
+        AgentJob.objects.filter(state=AgentJobState.RUNNING)
+        .exclude(runner_id__in=alive)
+        .values_list("pk", "runner_id")
+    )
+    reaped = []
+    for job_id, runner_id in orphaned:
+        updated = AgentJob.objects.filter(pk=job_id, state=AgentJobState.RUNNING, runner_id=runner_id).update(
+            state=AgentJobState.FAILED,
+            error_code="runner_lost",
+            error=f"runner {runner_id or '?'} stopped before the job finished; ask again",
+            finished_at=timezone.now(),
+        )
+        if updated:
+            reaped.append(job_id)
+    return reaped
+
+
+def _job_context(job_id: int) -> dict[str, Any]:
+    job = AgentJob.objects.select_related("project").get(pk=job_id)
+    project = job.project
+    return {
+        "job_id": job.pk,
+        "kind": job.kind,
+        "payload": job.payload,
+        "project_id": project.pk,
+        "project_name": project.name,
+        "cwd": project.path,
+        "agent": project.agent,
+    }
+
+
+# ---------------------------------------------------------------- history → turns
+
+
+@dataclass
+class ImportedTurn:
+    prompt: str
+    message_id: str | None = None
+    updates: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class SplitHistory:
+    turns: list[ImportedTurn]
+    title: str | None
+    commands: list[dict[str, Any]] | None
+
+
+def split_history(updates: list[Any]) -> SplitHistory:
+    """Cut a replayed history into turns: each user message starts one.
+
+    Chunks of one user message (same `messageId`, or consecutive chunks without
+    one) make one prompt. Session-level updates (title, commands) describe the
+    session rather than a turn; anything the agent sent before the first user
+    message becomes a turn with an empty prompt.
+    """
+    meta = Translator()
+    turns: list[ImportedTurn] = []
+    current: ImportedTurn | None = None
+    for update in updates:
+        data = as_dict(update)
+        kind = data.get("sessionUpdate")
+        if kind in SESSION_UPDATES:
+            meta.translate(data)
+            continue
+        if kind == "user_message_chunk":
+            text = _text_of(data.get("content"))
+            message_id = data.get("messageId")
+            same_message = (
+                current is not None
+                and not current.updates
+                and (message_id is None or message_id == current.message_id)
+            )
+            if same_message and current is not None:
+                current.prompt += text
+            else:
+                current = ImportedTurn(prompt=text, message_id=message_id)
+                turns.append(current)
+            continue
+        if current is None:
+            current = ImportedTurn(prompt="")
+            turns.append(current)
+        current.updates.append(data)
+    return SplitHistory(turns=turns, title=meta.title, commands=meta.commands)
+
+
+def _merge_deltas(events: list[NewEvent]) -> list[NewEvent]:
+    """One row per text segment instead of one per replayed chunk (what coalescing does live)."""
+    keys = {EventType.TOKEN_DELTA: "message_id", EventType.REASONING_DELTA: "reasoning_id"}
+    merged: list[NewEvent] = []
+    for event in events:
+        key = keys.get(event.type)
+        last = merged[-1] if merged else None
+        if (
+            key
+            and last is not None
+            and last.type == event.type
+            and last.payload.get(key) == event.payload.get(key)
+            and len(last.payload.get("delta", "")) < MERGE_LIMIT
+        ):
+            last.payload = {**last.payload, "delta": last.payload.get("delta", "") + event.payload["delta"]}
+        else:
+            merged.append(NewEvent(event.type, dict(event.payload)))
+    return merged
+
+
+def turn_events(turn: ImportedTurn, started: dict[str, Any]) -> list[NewEvent]:
+    """The journal of one imported turn: run.started, the translator's output, done{completed}."""
+    translator = Translator()
+    body: list[NewEvent] = []
+    for update in turn.updates:
+        body += translator.translate(update)
+    body += translator.finish()
+    return [
+        NewEvent(EventType.RUN_STARTED, {"status": RunStatus.RUNNING, **started}),
+        *_merge_deltas(body),
+        done_event(RunStatus.COMPLETED, imported=True),
+    ]
+
+
+def write_import(
+    project_id: int, agent_session_id: str, history: SplitHistory, agent: str
+) -> tuple[Session, bool]:
+    """Create the session and its completed turns in one transaction; idempotent.
+
+    Returns the session and whether it was created now. The project row lock
+    serialises imports, so the same agent session is never imported twice.
+    """
+    with transaction.atomic():
+        project = Project.objects.select_for_update().get(pk=project_id)
+        existing = imported_session(project.pk, agent_session_id)
+        if existing is not None:
+            return existing, False
+        title = history.title or _title_from(history.turns) or f"Imported {agent_session_id[:8]}"
+        session = Session.objects.create(
+            project=project,
+            title=title[:300],
+            agent_session_id=agent_session_id,
+            commands=history.commands or [],
+        )
+        for index, turn in enumerate(history.turns, start=1):
+            now = timezone.now()
+            # Created running (a queued run would be claimable) and ended by its own `done`.
+            run = Run.objects.create(
+                session=session,
+                client_id=f"import-{index}",
+                prompt_text=turn.prompt,
+                source=RunSource.IMPORT,
+                source_meta={"agent_session_id": agent_session_id, "turn": index},
+                status=RunStatus.RUNNING,
+                created_at=now,
+                started_at=now,
+            )
+            started = {
+                "session_id": session.pk,
+                "agent": agent,
+                "project": project.name,
+                "workspace": project.path,
+                "source": RunSource.IMPORT,
+                "imported": True,
+            }
+            journal.append_batch(run.pk, turn_events(turn, started), publish=False)
+        session_id = session.pk
+        transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+    return session, True
+
+
+def _title_from(turns: list[ImportedTurn]) -> str:
+    for turn in turns:
+        words = turn.prompt.split()
+        if words:
+            return " ".join(words[:8])
+    return ""
+
+
+# ---------------------------------------------------------------- runner side: ACP
+
+
+class HistoryCollector:
+    """A session sink that keeps what `session/load` replays, and grants nothing."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+
+    def on_update(self, update: Any) -> None:
+        self.updates.append(update)
+
+    async def on_permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse:
+        return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
+
+    async def on_elicitation(self, message: str, mode: Any) -> Any:
+        return schema.CancelElicitationResponse(action="cancel")
+
+
+async def _replay_settled(process: AgentProcess, agent_session_id: str) -> None:
+    """Wait until the notifications read before the load's answer have been handled.
+
+    The SDK dispatches each notification as a task, so the answer can resolve
+    first; its own prompt() waits on the same tracker for the same reason.
+    """
+    tracker = getattr(process.conn, "_session_updates", None)
+    wait = getattr(tracker, "wait", None)
+    if wait is not None:
+        await wait(agent_session_id)
+    else:
+        await asyncio.sleep(0)
+
+
+def _same_dir(a: str, b: str) -> bool:
+    return os.path.normpath(a) == os.path.normpath(b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+class JobLoop:
+    """Claims and executes agent jobs on the runner's event loop."""
+
+    def __init__(self, runner: RunnerProcess) -> None:
+        self.runner = runner
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self) -> None:
+        reap_every = max(settings.HERMESWEB_LEASE_SECONDS / 3, 0.5)
+        next_reap = 0.0
+        loop = asyncio.get_running_loop()
+        try:
+            while not self.runner.stopping.is_set():
+                claimed = False
+                try:
+                    if loop.time() >= next_reap:
+                        next_reap = loop.time() + reap_every
+                        reaped = await sync_to_async(reap_orphaned_jobs)(self.runner.runner_id)
+                        if reaped:
+                            log.warning("failed agent jobs left by vanished runners: %s", reaped)
+                    if len(self.tasks) < MAX_CONCURRENT_JOBS:
+                        job_id = await sync_to_async(claim_job)(self.runner.runner_id)
+                        if job_id is not None:
+                            self._start(job_id)
+                            claimed = True
+                except Exception:
+                    log.exception("job loop iteration failed")
+                if not claimed:
+                    await asyncio.sleep(self.runner.poll)
+            # Stopping: claim nothing more; jobs in flight finish until the runner cancels this loop.
+            if self.tasks:
+                await asyncio.wait(list(self.tasks))
+        finally:
+            for task in list(self.tasks):
+                task.cancel()
+
+    def _start(self, job_id: int) -> None:
+        task = asyncio.ensure_future(self.execute(job_id))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def execute(self, job_id: int) -> None:
+        try:
+            ctx = await sync_to_async(_job_context)(job_id)
+            if ctx["kind"] == AgentJobKind.LIST_SESSIONS:
+                result = await self._list_sessions(ctx)
+            elif ctx["kind"] == AgentJobKind.IMPORT_SESSION:
+                result = await self._import_session(ctx)
+            else:
+                raise JobFailed("unknown_kind", f"unknown job kind {ctx['kind']!r}")
+        except asyncio.CancelledError:
+            # Best effort: if this write is cut short too, another runner fails the job as runner_lost.
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(
+                    sync_to_async(finish_job)(
+                        job_id, error_code="runner_shutdown", error="The runner stopped; ask again."
+                    )
+                )
+            raise
+        except JobFailed as exc:
+            await sync_to_async(finish_job)(job_id, error_code=exc.code, error=exc.message)
+        except AgentDied as exc:
+            await sync_to_async(finish_job)(job_id, error_code="agent_died", error=str(exc))
+        except TimeoutError:
+            await sync_to_async(finish_job)(
+                job_id, error_code="agent_timeout", error="The agent did not answer in time."
+            )
+        except Exception:
+            log.exception("agent job %s crashed in the runner", job_id)
+            await sync_to_async(finish_job)(
+                job_id, error_code="runner_error", error="The runner hit an internal error."
+            )
+        else:
+            await sync_to_async(finish_job)(job_id, result=result)
+
+    async def _acquire(self, ctx: dict[str, Any]) -> AgentProcess:
+        spec = settings.HERMESWEB_AGENTS.get(ctx["agent"])
+        if spec is None:
+            raise JobFailed("agent_unknown", f"Agent {ctx['agent']!r} is not configured on this runner.")
+        try:
+            return await self.runner.pool.acquire(spec, ctx["project_id"], ctx["cwd"])
+        except AgentDied as exc:
+            raise JobFailed("agent_start_failed", str(exc)) from None
+
+    async def _list_sessions(self, ctx: dict[str, Any]) -> dict[str, Any]:
+        process = await self._acquire(ctx)
+        try:
+            if "list" not in (process.capabilities.get("session_capabilities") or {}):
+                raise JobFailed("list_unsupported", f"Agent {ctx['agent']!r} does not list its sessions.")
+            sessions: dict[str, dict[str, Any]] = {}
+            cursor: str | None = None
+            for _ in range(MAX_LIST_PAGES):
+                try:
+                    page = await process.call(
+                        process.conn.list_sessions(cwd=ctx["cwd"], cursor=cursor), LIST_TIMEOUT
+                    )
+                except acp.RequestError as exc:
+                    raise JobFailed("list_failed", f"The agent refused session/list: {exc}") from None
+                for info in page.sessions:
+                    # The agent filters by cwd; an agent that ignores the filter must not leak others.
+                    if _same_dir(info.cwd, ctx["cwd"]) and info.session_id not in sessions:
+                        sessions[info.session_id] = {
+                            "agent_session_id": info.session_id,
+                            "cwd": info.cwd,
+                            "title": info.title,
+                            "updated_at": info.updated_at,
+                        }
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            return {"sessions": list(sessions.values()), "truncated": bool(cursor)}
+        finally:
+            await self.runner.pool.release(process)
+
+    async def _import_session(self, ctx: dict[str, Any]) -> dict[str, Any]:
+        sid = str(ctx["payload"].get("agent_session_id") or "")
+        if not sid:
+            raise JobFailed("invalid_payload", "An import needs an agent_session_id.")
+        existing = await sync_to_async(imported_session)(ctx["project_id"], sid)
+        if existing is not None:
+            # Already imported: no agent needed, the same session answers.
+            return await sync_to_async(_import_result)(existing, created=False)
+        process = await self._acquire(ctx)
+        try:
+            if not process.capabilities.get("load_session"):
+                raise JobFailed("load_unsupported", f"Agent {ctx['agent']!r} cannot load sessions.")
+            if sid in process.sinks or sid in process.loading:
+                raise JobFailed("session_busy", "That agent session is in use in this project right now.")
+            collector = HistoryCollector()
+            # A sink, not `loading`: a reload drops the replay, an import needs every update of it.
+            process.sinks[sid] = collector
+            try:
+                await process.call(
+                    process.conn.load_session(cwd=ctx["cwd"], session_id=sid, mcp_servers=[]), LOAD_TIMEOUT
+                )
+                await _replay_settled(process, sid)
+            except acp.RequestError as exc:
+                raise JobFailed("load_failed", f"The agent could not load session {sid}: {exc}") from None
+            finally:
+                if process.sinks.get(sid) is collector:
+                    del process.sinks[sid]
+            history = split_history(collector.updates)
+            if not history.turns:
+                # Hermes answers a load of an unknown id with `{}` and replays nothing.
+                raise JobFailed(
+                    "empty_history",
+                    f"The agent replayed no history for session {sid}: unknown to it, or never prompted.",
+                )
+            # This process has the session open now: the next turn prompts without reloading it.
+            process.loaded.add(sid)
+            write = sync_to_async(write_import)
+            session, created = await write(ctx["project_id"], sid, history, ctx["agent"])
+            return await sync_to_async(_import_result)(session, created=created)
+        finally:
+            await self.runner.pool.release(process)
