@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,21 @@ def session(project: Any) -> Any:
 def database_name() -> str:
     """The test database's name as other processes must use it."""
     return str(connection.settings_dict["NAME"])
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    """Where this test's subprocesses (runners, daphne) write their logs."""
+    path = tmp_path / "logs"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def runners(logs: Path) -> Iterator[list[Any]]:
+    """Runner subprocesses the test starts; stopped (SIGTERM, then kill) at teardown."""
+    procs: list[Any] = []
+    yield procs
+    for proc in procs:
+        proc.signal(signal.SIGCONT)  # a paused (SIGSTOP) runner ignores SIGTERM until continued
+        proc.stop()

@@ -25,12 +25,10 @@ from runs.services import finish_run
 from tests import factories
 from tests.support.intents import (
     fresh,
-    logs,  # noqa: F401
     open_ids,
     queue,
     run_from,
     runner,  # noqa: F401
-    runners,  # noqa: F401
     runs_of,
     send,
     settled,

@@ -27,14 +27,12 @@ from tests.support.intents import (
     FAST_DEMO,
     as_json,
     fresh,
-    logs,  # noqa: F401
     open_ids,
     pause,
     queue,
     replay,
     run_from,
     runner,  # noqa: F401
-    runners,  # noqa: F401
     runs_of,
     send,
     settled,

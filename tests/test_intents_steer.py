@@ -34,13 +34,11 @@ from tests import factories
 from tests.support.intents import (
     demo_agent_env,
     fresh,
-    logs,  # noqa: F401
     open_ids,
     queue,
     replay,
     run_from,
     runner,  # noqa: F401
-    runners,  # noqa: F401
     runs_of,
     send,
     settled,

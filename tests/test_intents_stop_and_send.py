@@ -23,14 +23,12 @@ from runs.models import Control, ControlKind, RunSource, RunStatus
 from tests.support.intents import (
     FAST_DEMO,
     fresh,
-    logs,  # noqa: F401
     open_ids,
     pause,
     queue,
     resume,
     run_from,
     runner,  # noqa: F401
-    runners,  # noqa: F401
     runs_of,
     send,
     settled,

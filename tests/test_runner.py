@@ -7,7 +7,6 @@ database; the demo agent is a real ACP process spawned by the runner.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from itertools import pairwise
 from pathlib import Path
 from typing import Any
@@ -31,21 +30,6 @@ from tests.support.runs import (
 )
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def logs(tmp_path: Path) -> Path:
-    path = tmp_path / "logs"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def runners(logs: Path) -> Iterator[list[Proc]]:
-    procs: list[Proc] = []
-    yield procs
-    for proc in procs:
-        proc.stop()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ subprocess; the agent entry reaches it through HERMESWEB_AGENTS.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +30,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.hermes]
 
 
 @pytest.fixture
-def logs(tmp_path: Path) -> Path:
-    path = tmp_path / "logs"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
 def agents_env(hermes_agent_config: AgentConfig) -> dict[str, str]:
     spec = {**hermes_agent_config, "cumulative_usage": True, "steer": "slash"}
     return {"HERMESWEB_AGENTS": json.dumps({"hermes": spec})}
-
-
-@pytest.fixture
-def runners() -> Iterator[list[Proc]]:
-    procs: list[Proc] = []
-    yield procs
-    for proc in procs:
-        proc.stop()
 
 
 @pytest.fixture

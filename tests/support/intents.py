@@ -4,7 +4,7 @@
 they mean one thing: read the session's intents and transcript again from the
 API. `view` does that, so a test can compare what a reloaded tab would draw.
 Import the fixtures into a test module with
-`from tests.support.intents import logs, runner, runners  # noqa: F401`.
+`from tests.support.intents import runner  # noqa: F401` (`logs` and `runners` come from conftest).
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import json
 import signal
 import sqlite3
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +31,6 @@ from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import wait_event
 
 FAST_DEMO = "0.005"
-
-
-@pytest.fixture
-def logs(tmp_path: Path) -> Path:
-    path = tmp_path / "logs"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def runners(logs: Path) -> Iterator[list[Proc]]:
-    procs: list[Proc] = []
-    yield procs
-    for proc in procs:
-        # A paused runner (SIGSTOP) ignores SIGTERM until it is continued.
-        proc.signal(signal.SIGCONT)
-        proc.stop()
 
 
 @pytest.fixture
