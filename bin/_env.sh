@@ -38,7 +38,7 @@ ensure_venv() {
     # grep drops pip's noise about this machine's unused local index mirrors.
     "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
     "$VENV/bin/python" -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
-    "$VENV/bin/python" -c "import django, acp, ninja, channels_redis, playwright" \
+    "$VENV/bin/python" -c "import django, acp, channels_redis, daphne, playwright" \
       || { echo "installing into $VENV failed" >&2; exit 1; }
     echo "$want" > "$stamp"
   fi
