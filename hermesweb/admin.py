@@ -1,4 +1,14 @@
+"""The admin is the operators' diagnostics console (docs/operations.md).
+
+Only staff reach it (Django's admin site requires `is_staff`). Every staff
+member may look at everything — as in the API, where staff see every
+project — while changing rows still needs Django's model permissions; the
+journal itself is never editable.
+"""
+
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
@@ -6,6 +16,35 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from hermesweb.models import ApiToken
+
+admin.site.site_header = "hermesweb diagnostics"
+admin.site.site_title = "hermesweb diagnostics"
+admin.site.index_title = "Runs, runners, sessions and their journal"
+
+
+def is_staff(request: HttpRequest) -> bool:
+    user = request.user
+    return bool(user.is_active and user.is_staff)
+
+
+class StaffViewMixin:
+    """Any active staff member may view these models, without per-model view permissions."""
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return is_staff(request)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return is_staff(request)
+
+
+class ReadOnlyMixin(StaffViewMixin):
+    """Rows only the system writes (journal, controls, runners, jobs): view, never add or edit."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(ApiToken)
