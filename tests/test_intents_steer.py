@@ -352,6 +352,7 @@ def test_a_steer_applied_after_the_agent_answered_the_turn_is_left_over_not_sent
     conn = SimpleNamespace(prompt=lambda **request: sent.append(request))
     execution.process = SimpleNamespace(capabilities={"steer": "slash"}, conn=conn, call=call)
     execution.agent_session_id = "agent-session"
+    execution.prompt_sent.set()
     execution.turn_over = True  # the agent has answered the turn's prompt
 
     asyncio.run(execution.apply_control(control))
