@@ -18,7 +18,6 @@ from runs.models import (
     Control,
     ControlKind,
     ControlResultStatus,
-    ControlState,
     EventType,
     JournalEvent,
     Run,
@@ -89,16 +88,10 @@ def do_cancel(run: Run) -> ControlResult:
     return ControlResult.of(Status.ACCEPTED, "Cancel requested.")
 
 
-def _requested(run: Run, event_type: str, id_key: str, target: str) -> JournalEvent | None:
-    return (
-        JournalEvent.objects.filter(run=run, type=event_type, **{f"payload__{id_key}": target})
-        .order_by("seq")
-        .first()
-    )
-
-
-def _resolved(run: Run, event_type: str, id_key: str, target: str) -> JournalEvent | None:
-    return JournalEvent.objects.filter(run=run, type=event_type, **{f"payload__{id_key}": target}).first()
+def _journaled(run: Run, event_type: str, id_key: str, target: str) -> JournalEvent | None:
+    """The run's first `event_type` event about request `target` (approval or clarify id)."""
+    lookup = {f"payload__{id_key}": target}
+    return JournalEvent.objects.filter(run=run, type=event_type, **lookup).order_by("seq").first()
 
 
 def _respond(run: Run, kind: str, target: str, payload: dict[str, Any]) -> ControlResult:
@@ -108,7 +101,7 @@ def _respond(run: Run, kind: str, target: str, payload: dict[str, Any]) -> Contr
     }[kind]
     with transaction.atomic():
         locked = _lock_run(run.pk)
-        request = _requested(locked, requested_type, id_key, target)
+        request = _journaled(locked, requested_type, id_key, target)
         if request is None:
             return ControlResult.of(Status.NOT_ACTIVE, f"No {kind} request {target!r} on this run.")
         if kind == ControlKind.APPROVAL:
@@ -123,7 +116,7 @@ def _respond(run: Run, kind: str, target: str, payload: dict[str, Any]) -> Contr
             if existing.payload == payload:
                 return ControlResult.of(Status.DUPLICATE, "This answer was already given.")
             return ControlResult.of(Status.CONFLICT, "A different answer was already given.")
-        resolution = _resolved(locked, resolved_type, id_key, target)
+        resolution = _journaled(locked, resolved_type, id_key, target)
         if resolution is not None or locked.is_terminal:
             return ControlResult.of(Status.EXPIRED, f"The {kind} request is no longer open.")
         try:
@@ -215,16 +208,3 @@ def run_status(run: Run) -> dict[str, Any]:
         "started_at": run.started_at,
         "finished_at": run.finished_at,
     }
-
-
-__all__ = [
-    "ControlResult",
-    "ControlState",
-    "InvalidControl",
-    "available_controls",
-    "do_cancel",
-    "do_goal",
-    "do_respond_approval",
-    "do_respond_clarify",
-    "run_status",
-]
