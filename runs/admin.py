@@ -29,7 +29,7 @@ from django.utils.timesince import timesince
 
 from hermesweb.admin import ReadOnlyMixin
 from hermesweb.markdown import render_markdown
-from runs.export import _item_markdown
+from runs.export import item_markdown
 from runs.journal import materialize
 from runs.models import AgentJob, Control, JournalEvent, Run, Runner, RunStatus
 from runs.services import do_mark_interrupted
@@ -252,7 +252,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         # render_markdown sanitizes (markdown-it without raw HTML, then nh3): safe to mark so.
         items = []
         for item in state["items"]:
-            rendered = _item_markdown(item)
+            rendered = item_markdown(item)
             if rendered:
                 items.append({"kind": item["kind"], "html": mark_safe(render_markdown(rendered))})
         usage = state["usage_final"] or state["usage"]

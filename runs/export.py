@@ -54,7 +54,7 @@ def _fence(text: str, info: str = "") -> str:
     return f"{fence}{info}\n{text}\n{fence}"
 
 
-def _item_markdown(item: dict[str, Any]) -> str:
+def item_markdown(item: dict[str, Any]) -> str:
     kind = item["kind"]
     if kind == "text":
         return item["text"].strip()
@@ -112,7 +112,7 @@ def session_markdown(session: Session) -> str:
             "",
         ]
         for item in turn["state"]["items"]:
-            rendered = _item_markdown(item)
+            rendered = item_markdown(item)
             if rendered:
                 lines += [rendered, ""]
         state = turn["state"]

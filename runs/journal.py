@@ -1,9 +1,9 @@
 """The journal: append-only, per-run `seq`, exactly one terminal event.
 
-Design note: docs/journal.md. Appends lock the run row (SELECT … FOR UPDATE on
-PostgreSQL; SQLite's IMMEDIATE transactions serialise writers), take
-`run.last_seq` as the cursor, insert the batch and move `last_seq` in the same
-transaction, so seq has neither gaps nor duplicates whoever appends. Events are
+Design note: docs/journal.md. Appends move `run.last_seq` first (one UPDATE …
+RETURNING, which row-locks the run on PostgreSQL; SQLite's IMMEDIATE
+transactions serialise writers), insert the batch with the seqs it reserved, all
+in one transaction, so seq has neither gaps nor duplicates whoever appends. Events are
 published to the channel layer only after the transaction commits.
 """
 
@@ -12,12 +12,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any
 
 import orjson
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models.base import ModelState
 from django.utils import timezone
 
 from runs.models import TERMINAL_STATUSES, EventType, JournalEvent, Run, RunStatus
@@ -95,12 +97,10 @@ def append_unpublished(
     for index, event in enumerate(events):
         if event.terminal and index != len(events) - 1:
             raise ValueError("a done event must be the last of its batch")
-    with transaction.atomic():
-        session_id, status, last_seq = _lock_run(run_id)
+    # No savepoint: the caller's atomic() is the transaction, and an error here ends it anyway.
+    with transaction.atomic(savepoint=False):
+        session_id, status, last_seq = _take_seqs(run_id, len(events))
         terminal = events[-1] if events[-1].terminal else None
-        if status in TERMINAL_STATUSES:
-            # The terminal event is the last one a run ever gets.
-            raise AlreadyTerminal(f"run {run_id} already ended ({status})")
         now = timezone.now()
         rows = _insert(
             run_id,
@@ -110,7 +110,7 @@ def append_unpublished(
             ],
             now,
         )
-        updates: dict[str, Any] = {"last_seq": last_seq + len(rows), **run_updates}
+        updates: dict[str, Any] = dict(run_updates)
         if status == RunStatus.CANCELLING and updates.get("status") not in (None, *TERMINAL_STATES):
             # A cancel was requested: only a terminal state may replace it.
             del updates["status"]
@@ -119,13 +119,7 @@ def append_unpublished(
             updates.setdefault("finished_at", now)
             updates["lease_owner"] = ""
             updates["lease_expires_at"] = None
-        if len(updates) == 1:
-            # The common case, a run's stream moving on: skip the ORM's query building.
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    _sql("UPDATE {run} SET {last_seq} = %s WHERE {id} = %s"), [updates["last_seq"], run_id]
-                )
-        else:
+        if updates:
             Run.objects.filter(pk=run_id).update(**updates)
     return rows, session_id
 
@@ -144,18 +138,31 @@ def _format_sql(vendor: str, template: str) -> str:
     )
 
 
-def _lock_run(run_id: int) -> tuple[int, str, int]:
-    """(session_id, status, last_seq) of the run, row-locked until the transaction ends."""
-    sql = _sql("SELECT {session_id}, {status}, {last_seq} FROM {run} WHERE {id} = %s")
-    if connection.features.has_select_for_update:
-        # SQLite has no row locks: its IMMEDIATE transactions already serialise writers.
-        sql += " FOR UPDATE"
+def _take_seqs(run_id: int, count: int) -> tuple[int, str, int]:
+    """Reserve `count` seqs of a run that has not ended: (session_id, status, last seq before them).
+
+    One statement moves `last_seq` and row-locks the run until the transaction ends
+    (SQLite's IMMEDIATE transactions serialise writers anyway), so concurrent appends
+    queue here and each gets the seqs after the previous one's. Raises AlreadyTerminal
+    for an ended run and Run.DoesNotExist for a missing one.
+    """
+    ended = ", ".join(["%s"] * len(TERMINAL_STATES))
+    sql = _sql(
+        "UPDATE {run} SET {last_seq} = {last_seq} + %s "
+        f"WHERE {{id}} = %s AND {{status}} NOT IN ({ended}) "
+        "RETURNING {session_id}, {status}, {last_seq}"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id])
+        cursor.execute(sql, [count, run_id, *sorted(TERMINAL_STATES)])
         row = cursor.fetchone()
-    if row is None:
-        raise Run.DoesNotExist(f"Run {run_id} does not exist.")
-    return int(row[0]), str(row[1]), int(row[2])
+        if row is None:
+            cursor.execute(_sql("SELECT {status} FROM {run} WHERE {id} = %s"), [run_id])
+            found = cursor.fetchone()
+            if found is None:
+                raise Run.DoesNotExist(f"Run {run_id} does not exist.")
+            # The terminal event is the last one a run ever gets.
+            raise AlreadyTerminal(f"run {run_id} already ended ({found[0]})")
+    return int(row[0]), str(row[1]), int(row[2]) - count
 
 
 def _publish(session_id: int, run_id: int, envelopes: list[dict[str, Any]]) -> None:
@@ -219,13 +226,43 @@ def _insert(run_id: int, rows: list[tuple[int, str, bool, dict[str, Any]]], now:
                     ids.update((seq, pk) for pk, seq in cursor.fetchall())
                 else:
                     cursor.execute(sql, params)
-    # from_db: a saved instance without Model.__init__'s per-field keyword handling.
+    alias = connection.alias
     return [
-        JournalEvent.from_db(
-            connection.alias, None, (ids.get(seq), run_id, seq, type_, now, terminal, payload)
-        )
+        _saved_event(alias, ids.get(seq), run_id, seq, type_, now, terminal, payload)
         for seq, type_, terminal, payload in rows
     ]
+
+
+def _saved_event(
+    alias: str,
+    pk: int | None,
+    run_id: int,
+    seq: int,
+    type_: str,
+    created_at: Any,
+    terminal: bool,
+    payload: Any,
+) -> JournalEvent:
+    """A JournalEvent as loaded from the database, built the way unpickling builds one.
+
+    Model.__init__ (field iteration, pre_init/post_init signals) cost more than reading
+    the row; these rows have no deferred or related fields to set up.
+    """
+    event = JournalEvent.__new__(JournalEvent)
+    state = ModelState()
+    state.adding = False
+    state.db = alias
+    event.__dict__.update(
+        _state=state,
+        id=pk,
+        run_id=run_id,
+        seq=seq,
+        type=type_,
+        created_at=created_at,
+        terminal=terminal,
+        payload=payload,
+    )
+    return event
 
 
 def _dump_json(value: Any) -> str:
@@ -240,7 +277,46 @@ def read_after(run: Run, after_seq: int = 0, limit: int | None = None) -> list[J
     """Events with seq > after_seq, oldest first; raises CursorAhead/CursorExpired."""
     check_cursor(run, after_seq)
     limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
-    return list(JournalEvent.objects.filter(run_id=run.pk, seq__gt=after_seq).order_by("seq")[:limit])
+    alias = connection.alias
+    return [
+        _saved_event(alias, pk, run.pk, seq, type_, created_at, terminal, payload)
+        for pk, seq, type_, created_at, terminal, payload in _read_rows(run.pk, after_seq, limit)
+    ]
+
+
+def _read_rows(run_id: int, after_seq: int, limit: int) -> list[tuple[int, int, str, Any, bool, Any]]:
+    """(id, seq, type, created_at, terminal, payload) rows, decoded as the model fields would.
+
+    A replay reads thousands of rows a second: the ORM's per-row converters (and
+    JSONField's json.loads) cost several times the query itself. Same rows, same values.
+    """
+    sql = _sql(
+        "SELECT {id}, {seq}, {type}, {created_at}, {terminal}, {payload} FROM {event} "
+        "WHERE {run_id} = %s AND {seq} > %s ORDER BY {seq} LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [run_id, after_seq, limit])
+        rows = cursor.fetchall()
+    if not rows:
+        return []
+    sqlite = connection.vendor == "sqlite"
+    out = []
+    for pk, seq, type_, created_at, terminal, payload in rows:
+        if sqlite:
+            # Stored as naive UTC text, as Django's SQLite backend writes and reads it.
+            created_at = _parse_sqlite_datetime(created_at)
+        if isinstance(payload, (str, bytes)):
+            payload = orjson.loads(payload)
+        out.append((pk, seq, type_, created_at, bool(terminal), payload))
+    return out
+
+
+def _parse_sqlite_datetime(value: Any) -> Any:
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value is not None and value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value
 
 
 def check_cursor(run: Run, after_seq: int) -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 from django.core.management.base import BaseCommand, CommandError
 
-from runs.export import _item_markdown
+from runs.export import item_markdown
 from runs.journal import CursorAhead, CursorExpired, materialize, read_after
 from runs.models import JournalEvent, Run
 
@@ -42,7 +42,7 @@ class Command(BaseCommand):
                 f"# Run {run.pk} ({run.status})\n\n## Prompt\n\n{run.prompt_text}\n\n## Agent\n"
             )
             for item in state["items"]:
-                self.stdout.write(_item_markdown(item) + "\n")
+                self.stdout.write(item_markdown(item) + "\n")
             return
         cursor = after_seq
         while True:
