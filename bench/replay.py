@@ -1,0 +1,215 @@
+"""Replay catch-up: a client receiving a finished 100k-event run from seq 0.
+
+- WebSocket: /ws/sessions/{id}/ with `{"type": "subscribe", "after": {"<run>": 0}}`, timed
+  from the subscribe to the terminal event's frame (daphne + hermesweb.asgi).
+- Polling: `GET /api/runs/{id}/events?after_seq=…&limit=…` page after page over one
+  keep-alive connection until `terminal` and no `has_more` (pages are capped by
+  HERMESWEB_EVENTS_PAGE_MAX, 1000 by default).
+- Baseline: raw range reads of the same table in this process, pages of the same size:
+  the ORM's values_list, and (as the ceiling) raw SQL on the driver's cursor. Neither
+  encodes, authenticates or crosses a socket, so they bound what any client can get.
+
+usage: python bench/replay.py [--db postgres|sqlite] [--events 100000] [--quick] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _support as S
+
+TARGET = 100_000.0
+TEXT = "Reading the failing test first: the fixture builds the session before the project "
+
+
+def build_run(events: int) -> tuple[Any, int, int]:
+    """A finished run of `events` events (deltas, a tool update every 20th), written through the journal."""
+    from runs import journal
+    from runs.journal import NewEvent
+
+    owner = S.make_owner()
+    session = S.make_session(owner, project_name="replay")
+    run = S.running_run(session)
+    chunk = 1000
+    for start in range(0, events - 1, chunk):
+        batch = []
+        for i in range(start, min(start + chunk, events - 1)):
+            if i % 20 == 19:
+                batch.append(
+                    NewEvent("tool.updated", {"tool_call_id": f"call-{i // 100}", "status": "in_progress"})
+                )
+            else:
+                batch.append(NewEvent("token.delta", {"message_id": f"msg-{i // 500}", "delta": TEXT}))
+        journal.append_batch(run.pk, batch, publish=False)
+    journal.append_batch(run.pk, [journal.done_event("completed")], publish=False)
+    return owner, int(session.pk), int(run.pk)
+
+
+def read_orm(run_id: int, page: int) -> int:
+    from runs.models import JournalEvent
+
+    after, count = 0, 0
+    while True:
+        rows = list(
+            JournalEvent.objects.filter(run_id=run_id, seq__gt=after)
+            .order_by("seq")
+            .values_list("seq", "type", "created_at", "terminal", "payload")[:page]
+        )
+        if not rows:
+            return count
+        count += len(rows)
+        after = rows[-1][0]
+
+
+def read_raw(run_id: int, page: int) -> int:
+    from django.db import connection
+
+    sql = (
+        "SELECT seq, type, created_at, terminal, payload FROM runs_journalevent "
+        "WHERE run_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+    )
+    after, count = 0, 0
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(sql, [run_id, after, page])
+            rows = cursor.fetchall()
+            if not rows:
+                return count
+            count += len(rows)
+            after = rows[-1][0]
+
+
+async def replay_websocket(port: int, cookie: str, session_id: int, run_id: int) -> tuple[float, int]:
+    import orjson
+
+    from bench import _ws
+
+    state = {"events": 0, "last": 0, "done": False, "ordered": True}
+    finished = asyncio.get_running_loop().create_future()
+
+    def on_frame(payload: bytes, now: float) -> None:
+        message = orjson.loads(payload)
+        if message.get("type") != "event":
+            return
+        event = message["event"]
+        state["ordered"] &= event["seq"] == state["last"] + 1
+        state["last"] = event["seq"]
+        state["events"] += 1
+        if event["terminal"] and not finished.done():
+            finished.set_result(now)
+
+    client = await _ws.connect(
+        port, f"/ws/sessions/{session_id}/", on_frame, cookie=cookie, origin=f"http://127.0.0.1:{port}"
+    )
+    start = time.time()
+    client.send_json({"type": "subscribe", "after": {str(run_id): 0}})
+    end = await asyncio.wait_for(finished, 300)
+    client.close()
+    if not state["ordered"]:
+        raise AssertionError("the WebSocket replay skipped or repeated a seq")
+    return end - start, int(state["events"])
+
+
+def replay_polling(port: int, cookie: str, run_id: int, page: int) -> tuple[float, int]:
+    import orjson
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    headers = {"Cookie": f"sessionid={cookie}"}
+    after, count = 0, 0
+    start = time.perf_counter()
+    while True:
+        conn.request("GET", f"/api/runs/{run_id}/events?after_seq={after}&limit={page}", headers=headers)
+        response = conn.getresponse()
+        body = response.read()
+        if response.status != 200:
+            raise RuntimeError(f"polling API answered {response.status}: {body[:300]!r}")
+        data = orjson.loads(body)
+        events = data["events"]
+        if events:
+            if events[0]["seq"] != after + 1:
+                raise AssertionError("the polling replay skipped or repeated a seq")
+            count += len(events)
+            after = events[-1]["seq"]
+        if data["terminal"] and not data["has_more"]:
+            break
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed, count
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--db", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--events", type=int)
+    parser.add_argument("--quick", action="store_true", help="a 10k-event run")
+    parser.add_argument("--json", help="append result rows to this file (bench/run)")
+    args = parser.parse_args()
+    n = args.events or (10_000 if args.quick else 100_000)
+    bench = S.setup(args.db, redis=args.db == "postgres", name=f"replay-{args.db}")
+    from django.conf import settings
+
+    page = settings.HERMESWEB_EVENTS_PAGE_MAX
+    S.log(f"replay {args.db}: writing a {n}-event run")
+    owner, session_id, run_id = build_run(n)
+    cookie = S.session_cookie(owner)
+    daphne, port = S.start_daphne("hermesweb.asgi:application", bench.env, bench.data_dir / "logs")
+    results: dict[str, float] = {}
+    cpu: dict[str, float] = {}
+    try:
+        for attempt in range(2):  # the first pass also warms the database's cache and daphne's imports
+            S.log(f"replay {args.db}: raw reads (pass {attempt + 1})")
+            start = time.perf_counter()
+            assert read_orm(run_id, page) == n
+            results["orm"] = n / (time.perf_counter() - start)
+            start = time.perf_counter()
+            assert read_raw(run_id, page) == n
+            results["raw"] = n / (time.perf_counter() - start)
+            S.log(f"replay {args.db}: WebSocket (pass {attempt + 1})")
+            meter = S.CpuMeter([daphne.pid])
+            elapsed, got = asyncio.run(replay_websocket(port, cookie, session_id, run_id))
+            assert got == n, f"WebSocket replay delivered {got} of {n} events"
+            results["ws"], cpu["ws"] = n / elapsed, meter.percent()[daphne.pid]
+            S.log(f"replay {args.db}: polling API (pass {attempt + 1})")
+            meter = S.CpuMeter([daphne.pid])
+            elapsed, got = replay_polling(port, cookie, run_id, page)
+            assert got == n, f"polling replay delivered {got} of {n} events"
+            results["poll"], cpu["poll"] = n / elapsed, meter.percent()[daphne.pid]
+    finally:
+        daphne.stop()
+    label = "PostgreSQL" if args.db == "postgres" else "SQLite"
+    rows = []
+    for key, figure in (("ws", "WebSocket"), ("poll", f"polling API, pages of {page}")):
+        rows.append(
+            S.Row(
+                bench="replay",
+                figure=f"{label}: {n // 1000}k events from seq 0, {figure}",
+                value=results[key],
+                unit="ev/s",
+                higher_is_better=True,
+                baseline="ORM values_list pages",
+                baseline_value=results["orm"],
+                ceiling="raw SQL pages",
+                ceiling_value=results["raw"],
+                target=TARGET,
+                target_text="≥ 100k/s",
+                note=f"web CPU {cpu[key]:.0f}% of a core while serving",
+            )
+        )
+    if math.isnan(results.get("ws", math.nan)):
+        raise SystemExit("no WebSocket figure")
+    S.emit(rows, args.json)
+
+
+if __name__ == "__main__":
+    main()

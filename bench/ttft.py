@@ -1,0 +1,305 @@
+"""Time to first token: what hermesweb adds between "send" and the first token.delta on screen.
+
+- hermesweb: a WebSocket viewer subscribed to a session; `POST /api/sessions/{id}/messages`
+  to a real daphne (Bearer token), a real runner claims the run and prompts the bundled demo
+  agent; timed from just before the POST to the first token.delta frame of that run.
+- baseline (the agent's own time): the same demo agent driven directly with the ACP SDK's
+  client in this process — session/prompt sent → first agent_message_chunk received.
+
+Both use the prompt "fast …" (no typing delay) on a session that has already had a turn,
+so neither pays for spawning the agent or session/new. Overhead = hermesweb - baseline, at
+the median and p90 of --turns turns each.
+
+usage: python bench/ttft.py [--turns 20] [--quick] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import _support as S
+
+PROMPT = "fast what is in this project"
+TARGET_MS = 5.0
+
+
+# ---------------------------------------------------------------- the agent alone
+
+
+class FirstChunkClient:
+    """The smallest ACP client: notes when the first agent_message_chunk of a prompt arrives."""
+
+    def __init__(self) -> None:
+        self.first: asyncio.Future[float] | None = None
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        first = self.first
+        if getattr(update, "session_update", None) == "agent_message_chunk" and first and not first.done():
+            first.set_result(time.perf_counter())
+
+    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def create_elicitation(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def complete_elicitation(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    async def write_text_file(self, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+    async def read_text_file(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
+        return None
+
+    def on_connect(self, conn: Any) -> None:
+        return None
+
+
+async def agent_alone(turns: int, home: Path, cwd: Path) -> list[float]:
+    import acp
+    from acp.schema import ClientCapabilities, Implementation
+
+    from runs.demo_agent import spawn_command, spawn_env
+
+    client = FirstChunkClient()
+    command = spawn_command(home)
+    with open(home / "agent-stderr.log", "ab") as stderr:
+        async with acp.spawn_agent_process(
+            client,
+            command[0],
+            *command[1:],
+            env=spawn_env(),
+            cwd=str(cwd),
+            transport_kwargs={"stderr": stderr},
+            use_unstable_protocol=True,
+        ) as (conn, _process):
+            await conn.initialize(
+                protocol_version=acp.PROTOCOL_VERSION,
+                client_capabilities=ClientCapabilities(),
+                client_info=Implementation(name="hermesweb-bench", version="0"),
+            )
+            session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
+            times = []
+            for turn in range(turns + 1):
+                client.first = asyncio.get_running_loop().create_future()
+                start = time.perf_counter()
+                prompt = asyncio.ensure_future(
+                    conn.prompt(session_id=session.session_id, prompt=[acp.text_block(PROMPT)])
+                )
+                first = await asyncio.wait_for(client.first, 30)
+                await prompt
+                if turn:  # the first turn also titles the session
+                    times.append(first - start)
+    return times
+
+
+# ---------------------------------------------------------------- through hermesweb
+
+
+async def through_hermesweb(
+    turns: int, port: int, cookie: str, token: str, session_id: int
+) -> dict[str, list[float]]:
+    import orjson
+
+    from bench import _ws
+
+    marks: dict[str, Any] = {}
+    seen: dict[int, dict[str, float]] = {}
+
+    def on_frame(payload: bytes, _now: float) -> None:
+        now = time.perf_counter()  # the same clock as the POST's start
+        message = orjson.loads(payload)
+        if message.get("type") == "session":
+            marks.setdefault("snapshot", now)
+        if message.get("type") != "event":
+            return
+        event = message["event"]
+        got = seen.setdefault(event["run_id"], {})
+        got.setdefault(event["type"], now)
+        waiter = marks.get("waiter")
+        if waiter is not None and not waiter.done() and event["terminal"]:
+            waiter.set_result(event["run_id"])
+
+    client = await _ws.connect(
+        port, f"/ws/sessions/{session_id}/", on_frame, cookie=cookie, origin=f"http://127.0.0.1:{port}"
+    )
+    client.send_json({"type": "subscribe", "after": {}})
+    while "snapshot" not in marks:
+        await asyncio.sleep(0.01)
+    http = http_client(port)
+    out: dict[str, list[float]] = {"first_token": [], "run_started": [], "accepted": []}
+    walls: list[tuple[int, float, float]] = []
+    for turn in range(turns + 2):
+        marks["waiter"] = asyncio.get_running_loop().create_future()
+        wall = time.time()
+        start, accepted, run_id = await asyncio.to_thread(submit, http, token, session_id)
+        done_run = await asyncio.wait_for(marks["waiter"], 60)
+        assert done_run == run_id, (done_run, run_id)
+        got = seen[run_id]
+        if turn >= 2:  # turn 0 spawns the agent and opens the session; turn 1 titles it
+            out["first_token"].append(got["token.delta"] - start)
+            out["run_started"].append(got["run.started"] - start)
+            out["accepted"].append(accepted - start)
+            walls.append((run_id, wall, wall + got["token.delta"] - start))
+    client.close()
+    http.close()
+    marks["walls"] = walls
+    out["_walls"] = walls  # type: ignore[assignment]
+    return out
+
+
+def steps(walls: list[tuple[int, float, float]]) -> dict[str, list[float]]:
+    """Where the time went, from the rows' own timestamps (same host, same clock)."""
+    from runs.models import JournalEvent, Run
+
+    out: dict[str, list[float]] = {}
+    for run_id, posted, received in walls:
+        run = Run.objects.get(pk=run_id)
+        events = {
+            e.type: e.created_at.timestamp()
+            for e in reversed(
+                JournalEvent.objects.filter(run_id=run_id, type__in=["run.started", "token.delta"])
+            )
+        }
+        assert run.started_at is not None
+        marks = [
+            ("POST → run row committed (web)", run.created_at.timestamp() - posted),
+            (
+                "→ claimed by the runner (doorbell, claim)",
+                run.started_at.timestamp() - run.created_at.timestamp(),
+            ),
+            ("→ run.started row (load context)", events["run.started"] - run.started_at.timestamp()),
+            (
+                "→ first token.delta row (prompt, agent, writer)",
+                events["token.delta"] - events["run.started"],
+            ),
+            ("→ on the viewer's socket (publish, fan-out)", received - events["token.delta"]),
+        ]
+        for name, seconds in marks:
+            out.setdefault(name, []).append(seconds)
+    return out
+
+
+def http_client(port: int) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+
+def submit(http: http.client.HTTPConnection, token: str, session_id: int) -> tuple[float, float, int]:
+    body = json.dumps({"client_id": uuid.uuid4().hex, "text": PROMPT})
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    start = time.perf_counter()
+    http.request("POST", f"/api/sessions/{session_id}/messages", body=body, headers=headers)
+    response = http.getresponse()
+    data = response.read()
+    accepted = time.perf_counter()
+    if response.status != 202:
+        raise RuntimeError(f"submit answered {response.status}: {data[:300]!r}")
+    return start, accepted, int(json.loads(data)["run_id"])
+
+
+# ---------------------------------------------------------------- main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--turns", type=int, help="measured turns each way (20; 5 with --quick)")
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--profile", type=Path, help="py-spy the web and runner processes into DIR")
+    parser.add_argument("--json", help="append result rows to this file (bench/run)")
+    args = parser.parse_args()
+    turns = args.turns or (5 if args.quick else 20)
+    bench = S.setup("postgres", redis=True, name="ttft")
+    from hermesweb.models import ApiToken
+
+    owner = S.make_owner()
+    cookie = S.session_cookie(owner)
+    _, token = ApiToken.issue(owner, name="bench")
+    session = S.make_session(owner, project_name="ttft")
+    log_dir = bench.data_dir / "logs"
+    log_dir.mkdir(exist_ok=True)
+    daphne, port = S.start_daphne("hermesweb.asgi:application", bench.env, log_dir)
+    runner = S.start_runner(bench.env, log_dir, runner_id="bench-ttft")
+    spies = []
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+        for name, pid in (("web", daphne.pid), ("runner", runner.pid)):
+            spies.append(S.start_profile(pid, 3600, args.profile / f"ttft-{name}.txt"))
+    try:
+        S.log(f"ttft: {turns} turns through hermesweb")
+        hermesweb = asyncio.run(through_hermesweb(turns, port, cookie, token, session.pk))
+    finally:
+        for spy in spies:
+            if spy is not None:
+                spy.send_signal(2)  # py-spy writes its profile on SIGINT
+                spy.wait(30)
+        runner.stop()
+        daphne.stop()
+    breakdown = steps(hermesweb.pop("_walls"))  # type: ignore[arg-type]
+    S.log(f"ttft: {turns} turns with the agent alone")
+    home = bench.data_dir / "agent-alone"
+    home.mkdir()
+    alone = asyncio.run(agent_alone(turns, home, Path(session.project.path)))
+
+    def ms(values: list[float], q: float) -> float:
+        return 1000 * S.percentile(values, q)
+
+    S.log(
+        f"ttft: accepted p50 {ms(hermesweb['accepted'], 50):.1f} ms, "
+        f"run.started p50 {ms(hermesweb['run_started'], 50):.1f} ms, "
+        f"first token p50 {ms(hermesweb['first_token'], 50):.1f} ms; agent alone p50 {ms(alone, 50):.2f} ms"
+    )
+    for step, values in breakdown.items():
+        S.log(f"ttft:   {step:42} p50 {ms(values, 50):6.1f} ms")
+    rows = []
+    for q in (50, 90):
+        total, own = ms(hermesweb["first_token"], q), ms(alone, q)
+        rows.append(
+            S.Row(
+                bench="ttft",
+                figure=f"p{q} submit → first token.delta at the viewer",
+                value=total,
+                unit="ms",
+                higher_is_better=False,
+                ceiling="agent alone",
+                ceiling_value=own,
+                note=(
+                    f"POST answered after {ms(hermesweb['accepted'], q):.1f} ms, run.started on the socket "
+                    f"after {ms(hermesweb['run_started'], q):.1f} ms"
+                ),
+            )
+        )
+        rows.append(
+            S.Row(
+                bench="ttft",
+                figure=f"p{q} added by hermesweb (the above minus agent alone)",
+                value=total - own,
+                unit="ms",
+                higher_is_better=False,
+                target=TARGET_MS if q == 50 else None,
+                target_text="≤ 5 ms" if q == 50 else "",
+            )
+        )
+    S.emit(rows, args.json)
+
+
+if __name__ == "__main__":
+    main()
