@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema, Status
 from ninja.parser import Parser
@@ -22,7 +22,9 @@ from ninja.renderers import BaseRenderer
 from ninja.responses import NinjaJSONEncoder
 
 from hermesweb.auth import api_auth, login_required_json
-from hermesweb.errors import install_exception_handlers, not_found
+from hermesweb.errors import ApiError, install_exception_handlers, not_found
+from projects import api as project_api
+from projects import services as project_services
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,22 @@ api = NinjaAPI(
     docs_decorator=login_required_json,
 )
 install_exception_handlers(api)
+
+
+# Domain refusals map to HTTP here, once, instead of a try/except in every endpoint.
+@api.exception_handler(project_services.InvalidInput)
+def on_invalid_input(request: HttpRequest, exc: project_services.InvalidInput) -> HttpResponse:
+    return on_api_error(request, project_api.invalid(exc))
+
+
+@api.exception_handler(project_services.Conflict)
+def on_conflict(request: HttpRequest, exc: project_services.Conflict) -> HttpResponse:
+    return on_api_error(request, project_api.conflict(exc))
+
+
+def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
+    return api.create_response(request, exc.body(), status=exc.status)
+
 
 api.add_router("", "projects.api.router")
 api.add_router("", "runs.api.router")

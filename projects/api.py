@@ -34,11 +34,13 @@ router = Router()
 
 
 def invalid(exc: services.InvalidInput) -> ApiError:
+    """422 for input the domain refused (the API root maps every InvalidInput through this)."""
     details = [{"field": exc.field, "location": "body", "message": exc.message, "type": exc.code}]
     return ApiError(422, exc.code, exc.message, details if exc.field else None)
 
 
 def conflict(exc: services.Conflict) -> ApiError:
+    """409 for an action the current state forbids (mapped at the API root too)."""
     return ApiError(409, exc.code, exc.message)
 
 
@@ -64,12 +66,7 @@ def list_projects(request: HttpRequest) -> QuerySet[Project]:
 @router.post("/projects", response={201: ProjectOut}, tags=["projects"])
 def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
     """Create a project. 422 `path_*` for a refused path, `unknown_agent` for an unconfigured agent."""
-    try:
-        project = services.do_create_project(request.auth, **payload.model_dump())
-    except services.InvalidInput as exc:
-        raise invalid(exc) from None
-    except services.Conflict as exc:
-        raise conflict(exc) from None
+    project = services.do_create_project(request.auth, **payload.model_dump())
     return Status(201, project)
 
 
@@ -81,20 +78,14 @@ def get_project(request: HttpRequest, id: int) -> Project:
 @router.patch("/projects/{id}", response=ProjectOut, tags=["projects"])
 def update_project(request: HttpRequest, id: int, payload: ProjectPatch) -> Project:
     project = get_visible(Project.objects, request.auth, id, "project")
-    try:
-        return services.do_update_project(project, **changes(payload))
-    except services.InvalidInput as exc:
-        raise invalid(exc) from None
+    return services.do_update_project(project, **changes(payload))
 
 
 @router.delete("/projects/{id}", response={204: None}, tags=["projects"])
 def delete_project(request: HttpRequest, id: int) -> Status[None]:
     """Delete a project and everything under it. 409 `conflict` while one of its runs is active."""
     project = get_visible(Project.objects, request.auth, id, "project")
-    try:
-        services.do_delete_project(project)
-    except services.Conflict as exc:
-        raise conflict(exc) from None
+    services.do_delete_project(project)
     return Status(204, None)
 
 
@@ -111,10 +102,7 @@ def list_workflows(request: HttpRequest, id: int) -> QuerySet[Workflow]:
 def create_workflow(request: HttpRequest, id: int, payload: WorkflowIn) -> Status[Workflow]:
     """Create a workflow. 422 `invalid_template` for a template that cannot render."""
     project = get_visible(Project.objects, request.auth, id, "project")
-    try:
-        workflow = services.do_create_workflow(project, **payload.model_dump())
-    except services.InvalidInput as exc:
-        raise invalid(exc) from None
+    workflow = services.do_create_workflow(project, **payload.model_dump())
     return Status(201, workflow)
 
 
@@ -126,10 +114,7 @@ def get_workflow(request: HttpRequest, id: int) -> Workflow:
 @router.patch("/workflows/{id}", response=WorkflowOut, tags=["workflows"])
 def update_workflow(request: HttpRequest, id: int, payload: WorkflowPatch) -> Workflow:
     workflow = get_visible(Workflow.objects, request.auth, id, "workflow")
-    try:
-        return services.do_update_workflow(workflow, **changes(payload))
-    except services.InvalidInput as exc:
-        raise invalid(exc) from None
+    return services.do_update_workflow(workflow, **changes(payload))
 
 
 @router.delete("/workflows/{id}", response={204: None}, tags=["workflows"])
@@ -197,18 +182,12 @@ def get_session(request: HttpRequest, id: int) -> Session:
 def update_session(request: HttpRequest, id: int, payload: SessionPatch) -> Session:
     """Rename (`title`) or archive/reactivate (`status`)."""
     session = get_visible(Session.objects, request.auth, id, "session")
-    try:
-        return services.do_update_session(session, **changes(payload))
-    except services.InvalidInput as exc:
-        raise invalid(exc) from None
+    return services.do_update_session(session, **changes(payload))
 
 
 @router.delete("/sessions/{id}", response={204: None}, tags=["sessions"])
 def delete_session(request: HttpRequest, id: int) -> Status[None]:
     """Delete a session with its runs and journal. 409 `conflict` while a run is active."""
     session = get_visible(Session.objects, request.auth, id, "session")
-    try:
-        services.do_delete_session(session)
-    except services.Conflict as exc:
-        raise conflict(exc) from None
+    services.do_delete_session(session)
     return Status(204, None)
