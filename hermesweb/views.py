@@ -83,7 +83,8 @@ def _page(request: HttpRequest, project: Project | None, session: Session | None
         "session": _dump(SessionOut, session) if session else None,
     }
     title = (session.title if session else "") or (project.name if project else "")
-    return render(request, "workbench.html", {"data": data, "page_title": title})
+    context = {"data": data, "page_title": title, "session_id": session.pk if session else None}
+    return render(request, "workbench.html", context)
 
 
 @require_GET

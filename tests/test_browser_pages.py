@@ -182,3 +182,12 @@ def test_static_modules_are_served_and_revalidated(anonymous: Client) -> None:
 def test_static_paths_cannot_climb_out(anonymous: Client) -> None:
     client = Client(raise_request_exception=False)
     assert client.get("/static/js/../../hermesweb/settings.py").status_code in (400, 404)
+
+
+def test_a_session_page_offers_its_transcript_as_markdown_and_json(api: Client, user: Any) -> None:
+    session = factories.SessionFactory(project__owner=user)
+    html = api.get(f"/sessions/{session.pk}/").content.decode()
+    for fmt in ("markdown", "json"):
+        href = f"/api/sessions/{session.pk}/export?format={fmt}"
+        assert f'href="{href}"' in html
+        assert api.get(href).status_code == 200
