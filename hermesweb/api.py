@@ -25,6 +25,8 @@ from hermesweb.auth import api_auth, login_required_json
 from hermesweb.errors import ApiError, install_exception_handlers, not_found
 from projects import api as project_api
 from projects import services as project_services
+from runs import api as run_api
+from runs import controls
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +90,11 @@ def on_invalid_input(request: HttpRequest, exc: project_services.InvalidInput) -
 @api.exception_handler(project_services.Conflict)
 def on_conflict(request: HttpRequest, exc: project_services.Conflict) -> HttpResponse:
     return on_api_error(request, project_api.conflict(exc))
+
+
+@api.exception_handler(controls.InvalidControl)
+def on_invalid_control(request: HttpRequest, exc: controls.InvalidControl) -> HttpResponse:
+    return on_api_error(request, run_api.invalid_control(exc))
 
 
 def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:

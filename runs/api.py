@@ -52,6 +52,7 @@ def submit_refused(exc: run_services.SubmitRefused) -> ApiError:
 
 
 def invalid_control(exc: controls.InvalidControl) -> ApiError:
+    """422 for a malformed control (the API root maps every InvalidControl through this)."""
     return ApiError(422, exc.code, exc.message)
 
 
@@ -186,10 +187,7 @@ def run_events(
 def cancel_run(request: HttpRequest, id: int) -> ControlResultOut:
     """Ask for a graceful cancel; one terminal `done` event follows."""
     run = get_visible(Run.objects, request.auth, id, "run")
-    try:
-        return control_out(controls.do_cancel(run))
-    except controls.InvalidControl as exc:
-        raise invalid_control(exc) from None
+    return control_out(controls.do_cancel(run))
 
 
 @router.post("/runs/{id}/approvals/{approval_id}", response=ControlResultOut, tags=["controls"])
@@ -198,10 +196,7 @@ def respond_approval(
 ) -> ControlResultOut:
     """Answer a permission request with one of its options. 422 `invalid_option` for another option."""
     run = get_visible(Run.objects, request.auth, id, "run")
-    try:
-        return control_out(controls.do_respond_approval(run, approval_id, payload.option_id))
-    except controls.InvalidControl as exc:
-        raise invalid_control(exc) from None
+    return control_out(controls.do_respond_approval(run, approval_id, payload.option_id))
 
 
 @router.post("/runs/{id}/clarifications/{clarify_id}", response=ControlResultOut, tags=["controls"])
@@ -210,20 +205,14 @@ def respond_clarify(
 ) -> ControlResultOut:
     """Answer a clarify question: a string, or an object of field → value."""
     run = get_visible(Run.objects, request.auth, id, "run")
-    try:
-        return control_out(controls.do_respond_clarify(run, clarify_id, payload.answer))
-    except controls.InvalidControl as exc:
-        raise invalid_control(exc) from None
+    return control_out(controls.do_respond_clarify(run, clarify_id, payload.answer))
 
 
 @router.post("/sessions/{id}/goal", response=ControlResultOut, tags=["controls"])
 def session_goal(request: HttpRequest, id: int, payload: GoalIn) -> ControlResultOut:
     """Goal control (set/pause/resume/clear/status/edit) where the agent offers goals."""
     session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
-    try:
-        return control_out(controls.do_goal(session, payload.action, payload.text))
-    except controls.InvalidControl as exc:
-        raise invalid_control(exc) from None
+    return control_out(controls.do_goal(session, payload.action, payload.text))
 
 
 # ---------------------------------------------------------------- export
