@@ -15,10 +15,21 @@ import os
 import struct
 import time
 from collections.abc import Callable
+from typing import Any
 
 import orjson
 
 OnFrame = Callable[[bytes, float], None]
+
+
+def envelopes(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """The event envelopes a decoded server frame carries: one `event`, or a catch-up `events` page."""
+    kind = message.get("type")
+    if kind == "event":
+        return [message["event"]]
+    if kind == "events":
+        return message["events"]
+    return []
 
 
 class Handshake(Exception):

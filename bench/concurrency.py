@@ -92,8 +92,10 @@ async def measure(
             kind = message.get("type")
             if kind == "session":
                 snapshots.add(session_id)
-            elif kind == "event" and message["event"]["type"] == "token.delta":
-                for stamp in STAMP.findall(message["event"]["payload"].get("delta", "")):
+            for event in _ws.envelopes(message):
+                if event["type"] != "token.delta":
+                    continue
+                for stamp in STAMP.findall(event["payload"].get("delta", "")):
                     sent = float(stamp)
                     if window["t0"] <= sent < window["t1"]:
                         outcome.lag_viewer.append(now - sent)

@@ -138,18 +138,20 @@ class Tally:
     def on_frame(self, payload: bytes, now: float) -> None:
         import orjson
 
+        from bench import _ws
+
         message = orjson.loads(payload)
         kind = message.get("type")
-        if kind == "event":
-            event = message["event"]
-            self.events += 1
-            bucket = int(now * 100)
-            self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
-            data = event["payload"]
-            if data.get("w"):
-                self.latencies.append(now - data["t"])
-            if event["terminal"]:
-                self.terminals += 1
+        if kind in ("event", "events"):
+            for event in _ws.envelopes(message):
+                self.events += 1
+                bucket = int(now * 100)
+                self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
+                data = event["payload"]
+                if data.get("w"):
+                    self.latencies.append(now - data["t"])
+                if event["terminal"]:
+                    self.terminals += 1
         elif kind == "session":
             self.snapshots += 1
         elif kind == "error":

@@ -4,7 +4,7 @@
   from the subscribe to the terminal event's frame (daphne + hermesweb.asgi).
 - Polling: `GET /api/runs/{id}/events?after_seq=…&limit=…` page after page over one
   keep-alive connection until `terminal` and no `has_more` (pages are capped by
-  HERMESWEB_EVENTS_PAGE_MAX, 1000 by default).
+  HERMESWEB_EVENTS_PAGE_MAX, 5000 by default).
 - Baseline: raw range reads of the same table in this process, pages of the same size:
   the ORM's values_list, and (as the ceiling) raw SQL on the driver's cursor. Neither
   encodes, authenticates or crosses a socket, so they bound what any client can get.
@@ -93,19 +93,19 @@ async def replay_websocket(port: int, cookie: str, session_id: int, run_id: int)
 
     from bench import _ws
 
-    state = {"events": 0, "last": 0, "done": False, "ordered": True}
+    state = {"events": 0, "last": 0, "done": False, "ordered": True, "frames": 0}
     finished = asyncio.get_running_loop().create_future()
 
     def on_frame(payload: bytes, now: float) -> None:
         message = orjson.loads(payload)
-        if message.get("type") != "event":
-            return
-        event = message["event"]
-        state["ordered"] &= event["seq"] == state["last"] + 1
-        state["last"] = event["seq"]
-        state["events"] += 1
-        if event["terminal"] and not finished.done():
-            finished.set_result(now)
+        events = _ws.envelopes(message)
+        state["frames"] += bool(events)
+        for event in events:
+            state["ordered"] &= event["seq"] == state["last"] + 1
+            state["last"] = event["seq"]
+            state["events"] += 1
+            if event["terminal"] and not finished.done():
+                finished.set_result(now)
 
     client = await _ws.connect(
         port, f"/ws/sessions/{session_id}/", on_frame, cookie=cookie, origin=f"http://127.0.0.1:{port}"

@@ -128,14 +128,12 @@ async def through_hermesweb(
         message = orjson.loads(payload)
         if message.get("type") == "session":
             marks.setdefault("snapshot", now)
-        if message.get("type") != "event":
-            return
-        event = message["event"]
-        got = seen.setdefault(event["run_id"], {})
-        got.setdefault(event["type"], now)
-        waiter = marks.get("waiter")
-        if waiter is not None and not waiter.done() and event["terminal"]:
-            waiter.set_result(event["run_id"])
+        for event in _ws.envelopes(message):
+            got = seen.setdefault(event["run_id"], {})
+            got.setdefault(event["type"], now)
+            waiter = marks.get("waiter")
+            if waiter is not None and not waiter.done() and event["terminal"]:
+                waiter.set_result(event["run_id"])
 
     client = await _ws.connect(
         port, f"/ws/sessions/{session_id}/", on_frame, cookie=cookie, origin=f"http://127.0.0.1:{port}"

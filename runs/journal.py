@@ -280,22 +280,37 @@ def read_after(run: Run, after_seq: int = 0, limit: int | None = None) -> list[J
     alias = connection.alias
     return [
         _saved_event(alias, pk, run.pk, seq, type_, created_at, terminal, payload)
-        for pk, seq, type_, created_at, terminal, payload in _read_rows(run.pk, after_seq, limit)
+        for pk, seq, type_, created_at, terminal, payload in _read_rows(run, after_seq, limit)
     ]
 
 
-def _read_rows(run_id: int, after_seq: int, limit: int) -> list[tuple[int, int, str, Any, bool, Any]]:
+def _page_bounds(run: Run, after_seq: int, limit: int) -> tuple[str, list[int]]:
+    """The WHERE clause of a page, and its parameters.
+
+    Past `compacted_through` a run's seqs have no gaps, so a page is exactly the range
+    (after_seq, after_seq + limit]: saying so lets PostgreSQL walk the (run, seq) index
+    for those rows instead of trusting a row estimate that a fast-growing run (or one
+    bulk-loaded before the next ANALYZE) has outgrown — that plan sorts the whole rest
+    of the run for every page. A compacted run's early seqs have gaps: no upper bound there.
+    """
+    if after_seq >= run.compacted_through:
+        return "{run_id} = %s AND {seq} > %s AND {seq} <= %s", [run.pk, after_seq, after_seq + limit]
+    return "{run_id} = %s AND {seq} > %s", [run.pk, after_seq]
+
+
+def _read_rows(run: Run, after_seq: int, limit: int) -> list[tuple[int, int, str, Any, bool, Any]]:
     """(id, seq, type, created_at, terminal, payload) rows, decoded as the model fields would.
 
     A replay reads thousands of rows a second: the ORM's per-row converters (and
     JSONField's json.loads) cost several times the query itself. Same rows, same values.
     """
+    where, params = _page_bounds(run, after_seq, limit)
     sql = _sql(
         "SELECT {id}, {seq}, {type}, {created_at}, {terminal}, {payload} FROM {event} "
-        "WHERE {run_id} = %s AND {seq} > %s ORDER BY {seq} LIMIT %s"
+        f"WHERE {where} ORDER BY {{seq}} LIMIT %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [run_id, after_seq, limit])
+        cursor.execute(sql, [*params, limit])
         rows = cursor.fetchall()
     if not rows:
         return []
@@ -309,6 +324,80 @@ def _read_rows(run_id: int, after_seq: int, limit: int) -> list[tuple[int, int, 
             payload = orjson.loads(payload)
         out.append((pk, seq, type_, created_at, bool(terminal), payload))
     return out
+
+
+@dataclass
+class EncodedPage:
+    """A page of one run's envelopes, already JSON: (seq, terminal, envelope text) each."""
+
+    rows: list[tuple[int, bool, str]]
+    last_seq: int  # the run's, or the page's last if events landed after the run was read
+    terminal: bool
+    has_more: bool
+
+    def json_array(self) -> str:
+        return "[" + ",".join(text for _, _, text in self.rows) + "]"
+
+
+def read_encoded(
+    run: Run, after_seq: int = 0, limit: int | None = None, upto: int | None = None
+) -> EncodedPage:
+    """read_after, but each envelope comes back as its JSON text, built without decoding the payload.
+
+    Catch-up is the hottest read there is (a reconnecting client may ask for a whole
+    run): decoding each payload only to encode it again costs more than the query.
+    PostgreSQL hands jsonb back as text and the epoch as a double; SQLite stores both
+    as text already. Each text parses to exactly `JournalEvent.envelope()`.
+    """
+    check_cursor(run, after_seq)
+    limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
+    if upto is not None:
+        limit = min(limit, max(upto - after_seq, 1))
+    where, params = _page_bounds(run, after_seq, limit)
+    vendor = connection.vendor
+    sql = _sql(
+        f"SELECT {{seq}}, {{type}}, {_EPOCH_TEXT[vendor]}, {{terminal}}, {_JSON_TEXT[vendor]} "
+        f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, limit])
+        fetched = cursor.fetchall()
+    head = f'{{"event_id":"{run.pk}:'
+    ids = f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
+    types: dict[str, str] = {}
+    rows: list[tuple[int, bool, str]] = []
+    for seq, type_, epoch, terminal, payload in fetched:
+        type_json = types.get(type_) or types.setdefault(type_, orjson.dumps(type_).decode())
+        rows.append(
+            (
+                seq,
+                bool(terminal),
+                f'{head}{seq}","seq":{seq}{ids}{type_json},"created_at":{epoch},'
+                f'"terminal":{"true" if terminal else "false"},"payload":{payload}}}',
+            )
+        )
+    last = rows[-1][0] if rows else after_seq
+    end = run.last_seq if upto is None else min(upto, run.last_seq)
+    return EncodedPage(
+        rows=rows,
+        last_seq=max(run.last_seq, last),
+        terminal=run.is_terminal or bool(rows and rows[-1][1]),
+        has_more=bool(rows) and last < end,
+    )
+
+
+# created_at as the text of a JSON number, computed by the database: formatting a float per
+# row in Python cost more than the rest of the page. Both are the exact decimal of the stored
+# microseconds, so a JSON parser reads them as the same double as `created_at.timestamp()`
+# (both roundings are correct ones). SQLite stores "YYYY-MM-DD HH:MM:SS[.ffffff]", naive UTC.
+_EPOCH_TEXT = {
+    "postgresql": "EXTRACT(EPOCH FROM {created_at})::text",
+    # strftime's %s is computed in milliseconds, rounded: it gets only the whole seconds.
+    "sqlite": "strftime('%%s', substr({created_at}, 1, 19)) || "
+    "CASE WHEN length({created_at}) > 19 THEN substr({created_at}, 20, 7) ELSE '.0' END",
+}
+# PostgreSQL decodes jsonb into Python objects unless asked for its text; SQLite stores text.
+_JSON_TEXT = {"postgresql": "{payload}::text", "sqlite": "{payload}"}
 
 
 def _parse_sqlite_datetime(value: Any) -> Any:

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,22 +219,46 @@ def feed_start_state(session_id: int) -> tuple[int, list[RunHead], tuple[Any, ..
     return floor, heads, marker
 
 
-@dataclass
-class Page:
-    envelopes: list[dict[str, Any]]
-    more: bool
+Frame = tuple[int, bool, str]  # (seq, terminal, the encoded event frame)
 
 
-def read_page(run_id: int, after_seq: int, upto: int | None = None) -> Page:
-    """Events of one run with after_seq < seq ≤ upto, one bounded page; CursorAhead/CursorExpired."""
-    run = Run.objects.only("pk", "session_id", "last_seq", "compacted_through").get(pk=run_id)
-    limit = settings.HERMESWEB_EVENTS_PAGE_MAX
-    if upto is not None:
-        limit = min(limit, max(upto - after_seq, 1))
-    events = journal.read_after(run, after_seq, limit)
-    last = events[-1].seq if events else after_seq
-    end = run.last_seq if upto is None else min(upto, run.last_seq)
-    return Page(journal.envelopes(events, run.session_id), more=bool(events) and last < end)
+def read_page(run_id: int, after_seq: int, upto: int | None = None) -> journal.EncodedPage:
+    """Envelopes of one run with after_seq < seq ≤ upto, one bounded page; CursorAhead/CursorExpired."""
+    run = Run.objects.only("pk", "session_id", "status", "last_seq", "compacted_through").get(pk=run_id)
+    return journal.read_encoded(run, after_seq, upto=upto)
+
+
+# The envelopes are JSON text already (journal.read_encoded): wrapping them is all the encoding a
+# frame needs.
+def event_frames(page: journal.EncodedPage) -> list[Frame]:
+    return [(seq, terminal, f'{{"type":"event","event":{text}}}') for seq, terminal, text in page.rows]
+
+
+# daphne's WebSocket library refuses to send a message over 1 MiB (and closes the socket):
+# a catch-up frame stays under a quarter of that in characters, so under 1 MiB in UTF-8.
+CATCHUP_FRAME_CHARS = 256 * 1024
+
+
+def events_frames(run_id: int, rows: list[tuple[int, bool, str]]) -> Iterator[Frame]:
+    """Catch-up in few frames: a frame per event costs more than the event (docs/live-delivery.md).
+
+    Yields (last seq, terminal, frame) for `events` frames of consecutive envelopes; an
+    envelope too big to share a frame gets one of its own.
+    """
+    start, size = 0, 0
+    for i, (_, _, text) in enumerate(rows):
+        if i > start and size + len(text) > CATCHUP_FRAME_CHARS:
+            yield _events_frame(run_id, rows[start:i])
+            start, size = i, 0
+        size += len(text) + 1
+    if start < len(rows):
+        yield _events_frame(run_id, rows[start:])
+
+
+def _events_frame(run_id: int, rows: list[tuple[int, bool, str]]) -> Frame:
+    body = ",".join(text for _, _, text in rows)
+    seq, terminal, _ = rows[-1]
+    return seq, terminal, f'{{"type":"events","run_id":{run_id},"events":[{body}]}}'
 
 
 @dataclass
@@ -422,10 +446,10 @@ class SessionFeed:
                 log.warning("session %s: cannot read run %s after seq %s", self.session_id, run_id, high)
                 high = target
                 break
-            if not page.envelopes:
+            if not page.rows:
                 break
-            self._broadcast_events(run_id, page.envelopes)
-            high = page.envelopes[-1]["seq"]
+            self._broadcast(("events", run_id, event_frames(page)))
+            high = page.rows[-1][0]
         self.heads[run_id] = high
 
     async def _refresh_snapshot(self) -> None:
@@ -590,7 +614,7 @@ class Subscription:
             self.sent[run_id] = 0
         return True
 
-    async def deliver(self, run_id: int, batch: list[tuple[int, bool, str]]) -> None:
+    async def deliver(self, run_id: int, batch: list[Frame]) -> None:
         if not self._follows(run_id):
             return
         for seq, terminal, frame in batch:
@@ -618,12 +642,12 @@ class Subscription:
             except Run.DoesNotExist:
                 self.refused.add(run_id)
                 return
-            for envelope in page.envelopes:
-                await self._send(event_frame(envelope))
-                self.sent[run_id] = envelope["seq"]
-                if envelope["terminal"]:
+            for seq, terminal, frame in events_frames(run_id, page.rows):
+                await self._send(frame)
+                self.sent[run_id] = seq
+                if terminal:
                     self.done.add(run_id)
-            if not page.more:
+            if not page.rows or not page.has_more:
                 return
 
     async def resync(self) -> None:

@@ -55,6 +55,31 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix: N
         shutil.rmtree(directory, ignore_errors=True)
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
+    """pytest-django's, and then nothing left holding a connection when it drops the test database.
+
+    The journal writer threads keep theirs, and PostgreSQL's pool keeps idle ones open:
+    the drop failed ("being accessed by other users") and test databases piled up.
+    """
+    yield
+    from runs.writer import close_db_threads
+
+    with django_db_blocker.unblock():
+        close_db_threads()
+        if connection.vendor == "postgresql":
+            # Any other thread's connection (asgiref's executors keep theirs): the database is
+            # this process's alone, so whatever is still connected to it is ours to end.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                )
+        connection.close()
+        if hasattr(connection, "close_pool"):
+            connection.close_pool()
+
+
 @pytest.fixture(autouse=True)
 def allowed_root(tmp_path: Path, settings: Any) -> Path:
     """Project paths are validated against HERMESWEB_ALLOWED_ROOTS: a fresh root per test."""

@@ -9,6 +9,7 @@ from django.test import Client
 
 from runs import journal
 from runs.models import Control, ControlKind, Run, RunStatus
+from runs.schemas import EventsPage
 from tests.conftest import token_client
 from tests.factories import ProjectFactory, RunFactory, SessionFactory, run_with_events
 
@@ -127,6 +128,20 @@ def test_events_after_a_cursor_are_envelopes_in_seq_order(api: Client, session: 
     }
     assert isinstance(body["events"][0]["created_at"], float)
     assert (body["last_seq"], body["terminal"], body["has_more"]) == (3, False, False)
+
+
+def test_an_events_page_is_what_its_documented_schema_says(api: Client, session: Any) -> None:
+    run = running(session, ("tool.updated", {"tool_call_id": "t", "raw": {"ü": [1.5, None]}}))
+    journal.append_batch(run.pk, [journal.done_event("failed", error="boom")], publish=False)
+
+    response = api.get(f"/api/runs/{run.pk}/events")
+
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    # The body is assembled from stored JSON, not through the schema: the schema must still hold.
+    assert EventsPage.model_validate(body).model_dump(mode="json") == body
+    expected = journal.envelopes(journal.read_after(Run.objects.get(pk=run.pk), 0), session.pk)
+    assert body["events"] == expected
 
 
 def test_events_come_in_pages_with_has_more(api: Client, session: Any) -> None:

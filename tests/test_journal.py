@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +175,44 @@ def test_read_after_pages_by_limit_and_caps_it(settings: Any) -> None:
 
     assert [e.seq for e in journal.read_after(run, 1, limit=2)] == [2, 3]
     assert [e.seq for e in journal.read_after(run, 0, limit=100)] == [1, 2, 3]
+
+
+def test_encoded_pages_parse_to_exactly_the_envelopes_they_stand_for() -> None:
+    run = run_with_events(
+        [
+            ("token.delta", {"message_id": "m", "delta": 'quote " backslash \\ newline \n tab \t'}),
+            ("token.delta", {"delta": "ünïcödé — 日本語 🚀 \u2028"}),
+            ("tool.updated", {"tool_call_id": "t", "raw": {"n": [1, 2.5, -3e-7, None, True], "e": {}}}),
+            ("usage", {"input_tokens": 2**53, "cost": 0.1}),
+        ]
+    )
+    journal.append_batch(run.pk, [journal.done_event("completed")], publish=False)
+    run.refresh_from_db()
+    # Whole seconds are stored without a fraction; microseconds must survive to the last digit.
+    JournalEvent.objects.filter(run=run, seq=1).update(created_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    JournalEvent.objects.filter(run=run, seq=2).update(
+        created_at=datetime(2026, 1, 2, 3, 4, 5, 999999, tzinfo=UTC)
+    )
+
+    page = journal.read_encoded(run, 0)
+
+    expected = journal.envelopes(journal.read_after(run, 0), run.session_id)
+    assert [json.loads(text) for _, _, text in page.rows] == expected
+    assert [row[:2] for row in page.rows] == [(e["seq"], e["terminal"]) for e in expected]
+    assert json.loads(page.json_array()) == expected
+    assert (page.last_seq, page.terminal, page.has_more) == (5, True, False)
+
+
+def test_encoded_pages_stop_at_upto_and_say_there_is_more(settings: Any) -> None:
+    run = run_with_events([("progress", {"text": str(i)}) for i in range(6)])
+    settings.HERMESWEB_EVENTS_PAGE_MAX = 4
+
+    assert [seq for seq, _, _ in journal.read_encoded(run, 1, upto=3).rows] == [2, 3]
+    page = journal.read_encoded(run, 0)
+    assert [seq for seq, _, _ in page.rows] == [1, 2, 3, 4]
+    assert (page.last_seq, page.terminal, page.has_more) == (6, False, True)
+    with pytest.raises(journal.CursorAhead):
+        journal.read_encoded(run, 7)
 
 
 def test_read_after_raises_cursor_ahead_for_a_cursor_the_run_never_reached() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from asgiref.sync import async_to_sync
 
@@ -33,11 +34,15 @@ def test_parse_refuses_malformed_frames(raw: str | None) -> None:
 class Recorder:
     def __init__(self) -> None:
         self.frames: list[dict[str, Any]] = []
+        self.wire: list[str] = []  # each frame's type as sent
 
     async def __call__(self, frame: str) -> None:
-        import orjson
-
-        self.frames.append(orjson.loads(frame))
+        decoded = orjson.loads(frame)
+        self.wire.append(decoded["type"])
+        if decoded["type"] == "events":  # catch-up: a page in one frame, read as its events
+            self.frames.extend({"type": "event", "event": event} for event in decoded["events"])
+        else:
+            self.frames.append(decoded)
 
     def seqs(self, run_id: int) -> list[int]:
         return [
@@ -153,3 +158,33 @@ def test_plan_follows_cursors_the_active_run_and_runs_newer_than_the_floor() -> 
     assert ignored.pk not in plan.cursors
     assert plan.refused == {999999}
     assert plan.floor == active.pk
+
+
+def test_catch_up_frames_carry_consecutive_envelopes_under_the_size_limit(monkeypatch: Any) -> None:
+    monkeypatch.setattr(live, "CATCHUP_FRAME_CHARS", 100)
+    pad = {3: "x" * 150}  # too big to share a frame; the others are 28 characters each
+    rows = [(seq, seq == 6, f'{{"seq":{seq},"pad":"{pad.get(seq, "x" * 10)}"}}') for seq in range(1, 7)]
+
+    frames = list(live.events_frames(9, rows))
+
+    decoded = [orjson.loads(frame) for _, _, frame in frames]
+    assert all(f["type"] == "events" and f["run_id"] == 9 for f in decoded)
+    # In order, each once, as many per frame as fit; the oversized envelope travels alone.
+    assert [[e["seq"] for e in f["events"]] for f in decoded] == [[1, 2], [3], [4, 5, 6]]
+    assert [(seq, terminal) for seq, terminal, _ in frames] == [(2, False), (3, False), (6, True)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_catch_up_of_a_page_arrives_in_events_frames_and_stops_at_the_terminal_event() -> None:
+    session = factories.SessionFactory()
+    run = finished(session, 30)
+    send = Recorder()
+    subscription = live.Subscription(session.pk, {run.pk: 0}, send)
+    subscription.sent[run.pk] = 0
+    subscription.followed.add(run.pk)
+
+    async_to_sync(subscription.catch_up)(run.pk)
+
+    assert send.wire == ["events"]
+    assert send.seqs(run.pk) == list(range(1, 31))
+    assert run.pk in subscription.done

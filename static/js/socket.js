@@ -109,6 +109,7 @@ export class SessionSocket {
         return;
       }
       if (data.type === 'event' && data.event) this.onEvent(data.event);
+      else if (data.type === 'events' && Array.isArray(data.events)) data.events.forEach((e) => this.onEvent(e));
       else if (data.type === 'session' && data.session) this.onSession(data.session);
       else if (data.type === 'error') this.onError(data.code, data.message, data);
     };

@@ -12,6 +12,7 @@ import contextlib
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -131,6 +132,8 @@ class LiveSocket:
     def __init__(self, ws: ClientConnection) -> None:
         self.ws = ws
         self.frames: list[dict[str, Any]] = []
+        self.wire: list[str] = []  # the type of each frame as it came over the wire
+        self._unpacked: deque[dict[str, Any]] = deque()
 
     def send(self, **message: Any) -> None:
         self.ws.send(orjson.dumps(message).decode())
@@ -139,7 +142,17 @@ class LiveSocket:
         self.send(type="subscribe", after={str(k): v for k, v in (after or {}).items()})
 
     def recv(self, timeout: float = TIMEOUT) -> dict[str, Any]:
-        frame = orjson.loads(self.ws.recv(timeout=timeout))
+        """The next frame; a catch-up `events` frame comes out as its `event` frames, as browsers read it."""
+        if not self._unpacked:
+            frame = orjson.loads(self.ws.recv(timeout=timeout))
+            self.wire.append(frame["type"])
+            if frame["type"] == "events":
+                assert frame["events"], "an events frame is never empty"
+                assert all(e["run_id"] == frame["run_id"] for e in frame["events"])
+                self._unpacked.extend({"type": "event", "event": e} for e in frame["events"])
+            else:
+                self._unpacked.append(frame)
+        frame = self._unpacked.popleft()
         self.frames.append(frame)
         return frame
 
@@ -184,6 +197,8 @@ class LiveSocket:
         """Frames received within `seconds` (for asserting that nothing more arrives)."""
         deadline = time.monotonic() + seconds
         got: list[dict[str, Any]] = []
+        while self._unpacked:
+            got.append(self.recv())
         while (remaining := deadline - time.monotonic()) > 0:
             try:
                 got.append(self.recv(remaining))
