@@ -225,20 +225,24 @@ def measure(db: str, quick: bool) -> list[S.Row]:
             ceiling_value=results["raw"] if ceiling else math.nan,
             target=target if with_target else None,
             target_text=f"≥ {target / 1000:.0f}k/s" if with_target else "",
-            note=notes.get(key, "")
-            or (
-                "the single-event API (lock, insert, update, publish each time); the runner never writes so"
-                if key == "append1"
-                else ""
-            ),
+            note=notes.get(key, "") or OTHER_PATHS.get(key, ""),
         )
 
     return [
         row("JournalWriter, token deltas (coalesced)", "writer"),
         row("JournalWriter, deltas + 1 tool event in 10", "mixed"),
-        row("batch append, 100 events per transaction", "batch", ceiling=True),
+        # The ingest target is for what a runner sustains, i.e. through JournalWriter.
+        row("batch append, 100 events per transaction", "batch", with_target=False, ceiling=True),
         row("journal.append() per event", "append1", with_target=False),
     ]
+
+
+# Figures for the journal's other write APIs: no runner writes through them, so no target.
+OTHER_PATHS = {
+    "batch": "append_batch with 100 distinct events (not coalescible): ~4 round trips a batch; "
+    "the runner's path is the JournalWriter rows",
+    "append1": "the single-event API (lock, insert, update, publish each time); the runner never writes so",
+}
 
 
 def main() -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
 TOKEN_PREFIX = "hw_"
+LAST_USED_RESOLUTION = timedelta(minutes=1)
 
 
 def hash_token(raw: str) -> str:
@@ -48,6 +50,14 @@ class ApiToken(models.Model):
     @classmethod
     def authenticate(cls, raw: str) -> ApiToken | None:
         token = cls.objects.active().select_related("user").filter(digest=hash_token(raw)).first()
-        if token is not None:
-            cls.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+        if token is not None and token.needs_touch():
+            token.last_used_at = timezone.now()
+            cls.objects.filter(pk=token.pk).update(last_used_at=token.last_used_at)
         return token
+
+    def needs_touch(self, now: datetime | None = None) -> bool:
+        """Whether `last_used_at` is worth a write: it is there to spot unused tokens, and a
+        write (a commit) on every API call cost a busy client ~1.5 ms a request."""
+        if self.last_used_at is None:
+            return True
+        return (now or timezone.now()) - self.last_used_at >= LAST_USED_RESOLUTION

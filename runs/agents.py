@@ -22,6 +22,7 @@ from acp import schema
 from django.conf import settings
 
 from hermesweb.agents import AgentSpec
+from runs.stdio import spawn_agent
 
 log = logging.getLogger(__name__)
 
@@ -117,14 +118,15 @@ class AgentProcess:
             )
         # stderr goes to a file: an unread pipe fills and blocks the agent.
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
-        self._cm = acp.spawn_agent_process(
+        self._cm = spawn_agent(
             _Client(self),
             command,
             *self.spec.args,
             env=self.spec.env,
             cwd=self.cwd,
-            transport_kwargs={"stderr": self._log, "limit": STDIO_LIMIT},
-            use_unstable_protocol=True,
+            stderr=self._log,
+            limit=STDIO_LIMIT,
+            on_session_update=self.route_update,
         )
         self.conn, self.process = await self._cm.__aenter__()
         self._watch = asyncio.get_running_loop().create_task(self._wait_exit())
@@ -186,7 +188,11 @@ class AgentProcess:
         log.log(level, "agent %s for project %s exited (code %s)", name, project, code)
 
     def route_update(self, session_id: str, update: Any) -> None:
-        kind = getattr(update, "session_update", None)
+        """Hand an update to the run (or job) listening on its session: the agent's JSON, or a model."""
+        if isinstance(update, dict):
+            kind = update.get("sessionUpdate")
+        else:
+            kind = getattr(update, "session_update", None)
         if kind == "available_commands_update":
             # Often sent during session/new or load, before any run listens: keep the latest.
             self.commands[session_id] = update

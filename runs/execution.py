@@ -14,6 +14,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import acp
@@ -25,10 +26,10 @@ from django.utils import timezone
 
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
-from runs import journal, notify
+from runs import journal, leases, notify
 from runs.agents import AgentDied, AgentProcess
 from runs.journal import AlreadyTerminal, NewEvent, done_event
-from runs.models import Control, ControlKind, ControlState, EventType, Run, RunStatus
+from runs.models import Control, ControlKind, ControlState, EventType, JournalEvent, Run, RunStatus
 from runs.translate import Translator, as_dict, per_turn_usage
 from runs.writer import JournalWriter
 
@@ -49,8 +50,48 @@ class RunAborted(Exception):
     """The lease was lost (another runner reaped the run) or the runner is stopping."""
 
 
+@dataclass
+class Claimed:
+    """A run this runner took, with what executing it needs and its run.started already journaled."""
+
+    ctx: dict[str, Any]
+    started: list[JournalEvent]
+
+
+def claim_and_start(runner_id: str) -> Claimed | None:
+    """Claim the oldest queued run, read its context, journal run.started: one transaction.
+
+    Three steps, each a thread hop and a commit of its own before, were half of what the
+    runner added to time-to-first-token (bench/README.md, ttft). Publishing is the caller's.
+    """
+    with transaction.atomic():
+        run_id = leases.claim_in_transaction(runner_id)
+        if run_id is None:
+            return None
+        ctx = _load_context(run_id)
+        rows, _ = journal.append_unpublished(run_id, [_started_event(ctx, runner_id)])
+    return Claimed(ctx, rows)
+
+
+def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:
+    return NewEvent(
+        EventType.RUN_STARTED,
+        {
+            "status": RunStatus.RUNNING,
+            "session_id": ctx["session_id"],
+            "agent": ctx["agent"],
+            "project": ctx["project_name"],
+            "workspace": ctx["cwd"],
+            "model": ctx["model"] or None,
+            "mode": ctx["mode"] or None,
+            "runner": runner_id,
+            "source": ctx["source"],
+        },
+    )
+
+
 class RunExecution:
-    def __init__(self, runner: RunnerProcess, run_id: int) -> None:
+    def __init__(self, runner: RunnerProcess, run_id: int, claimed: Claimed | None = None) -> None:
         self.runner = runner
         self.run_id = run_id
         self.writer = JournalWriter(run_id)
@@ -58,6 +99,7 @@ class RunExecution:
         self.process: AgentProcess | None = None
         self.agent_session_id = ""
         self.ctx: dict[str, Any] = {}
+        self.claimed = claimed
         self.approvals: dict[str, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
         self.clarifications: dict[str, asyncio.Future[Any]] = {}
         self.cancel_requested = asyncio.Event()
@@ -93,30 +135,25 @@ class RunExecution:
             for task in list(self._bg):
                 task.cancel()
             if self.process is not None:
-                self.process.sinks.pop(self.agent_session_id, None)
+                # Only our own: the session's next turn (a drained queue item) may already
+                # have been claimed and have registered itself for the same agent session.
+                if self.process.sinks.get(self.agent_session_id) is self:
+                    del self.process.sinks[self.agent_session_id]
                 await self.runner.pool.release(self.process)
 
     async def _execute(self) -> None:
-        self.ctx = await sync_to_async(_load_context)(self.run_id)
+        if self.claimed is not None:
+            self.ctx = self.claimed.ctx
+            # Rung before anything else this run publishes, so viewers see it first.
+            await notify.apublish_events(
+                self.ctx["session_id"],
+                self.run_id,
+                journal.envelopes(self.claimed.started, self.ctx["session_id"]),
+            )
+        else:
+            self.ctx = await sync_to_async(_load_context)(self.run_id)
+            await self.writer.flush([_started_event(self.ctx, self.runner.runner_id)])
         spec = settings.HERMESWEB_AGENTS.get(self.ctx["agent"])
-        await self.writer.flush(
-            [
-                NewEvent(
-                    EventType.RUN_STARTED,
-                    {
-                        "status": RunStatus.RUNNING,
-                        "session_id": self.ctx["session_id"],
-                        "agent": self.ctx["agent"],
-                        "project": self.ctx["project_name"],
-                        "workspace": self.ctx["cwd"],
-                        "model": self.ctx["model"] or None,
-                        "mode": self.ctx["mode"] or None,
-                        "runner": self.runner.runner_id,
-                        "source": self.ctx["source"],
-                    },
-                )
-            ]
-        )
         if spec is None:
             await self._fail(
                 "agent_unknown", f"Agent {self.ctx['agent']!r} is not configured on this runner."
@@ -314,15 +351,13 @@ class RunExecution:
     # ------------------------------------------------------ agent callbacks
 
     def on_update(self, update: Any) -> None:
-        if self.steers_in_flight and _is_steer_ack(update):
+        data = as_dict(update)  # once: every step below reads the dict
+        if self.steers_in_flight and _is_steer_ack(data):
             return
-        events = self.translator.translate(update)
+        events = self.translator.translate(data)
         if events:
             self.writer.add(events)
-        if (
-            self.translator.commands is not None
-            and as_dict(update).get("sessionUpdate") == "available_commands_update"
-        ):
+        if self.translator.commands is not None and data.get("sessionUpdate") == "available_commands_update":
             self._spawn(
                 sync_to_async(_store_session_meta)(self.ctx["session_id"], None, self.translator.commands)
             )

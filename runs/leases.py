@@ -43,6 +43,12 @@ def mark_stopped(runner_id: str) -> None:
 def claim_next(runner_id: str) -> int | None:
     """Take the oldest queued run, or None. Safe with any number of runners."""
     with transaction.atomic():
+        return claim_in_transaction(runner_id)
+
+
+def claim_in_transaction(runner_id: str) -> int | None:
+    """claim_next inside the caller's atomic(): the claim commits (or not) with what follows it."""
+    with transaction.atomic(savepoint=False):
         candidates = Run.objects.filter(status=RunStatus.QUEUED).order_by("created_at", "id")
         if connection.vendor == "postgresql":
             candidates = candidates.select_for_update(skip_locked=True)

@@ -27,7 +27,7 @@ from django.conf import settings
 
 from runs import leases
 from runs.agents import AgentPool, AgentProcess
-from runs.execution import RunExecution
+from runs.execution import Claimed, RunExecution, claim_and_start
 from runs.jobs import JobLoop
 from runs.models import Control, Run
 from runs.notify import RUNNERS_GROUP
@@ -104,15 +104,15 @@ class RunnerProcess:
         while not self.stopping.is_set():
             claimed = False
             if len(self.tasks) < settings.HERMESWEB_MAX_RUNS_PER_RUNNER:
-                run_id = await sync_to_async(leases.claim_next)(self.runner_id)
-                if run_id is not None:
-                    self._start(run_id)
+                started = await sync_to_async(claim_and_start)(self.runner_id)
+                if started is not None:
+                    self._start(started.ctx["run_id"], started)
                     claimed = True
             if not claimed:
                 await self._sleep(self._wake, self.poll)
 
-    def _start(self, run_id: int) -> None:
-        execution = RunExecution(self, run_id)
+    def _start(self, run_id: int, claimed: Claimed) -> None:
+        execution = RunExecution(self, run_id, claimed)
         self.executions[run_id] = execution
         task = asyncio.ensure_future(execution.execute())
         self.tasks[run_id] = task

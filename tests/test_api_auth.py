@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 
@@ -102,6 +103,21 @@ def test_using_a_token_records_when_it_was_last_used(user: Any) -> None:
     Client(headers={"Authorization": f"Bearer {raw}"}).get("/api/projects")
     token.refresh_from_db()
     assert token.last_used_at is not None
+
+
+def test_last_used_is_written_at_most_once_a_minute(user: Any) -> None:
+    token, raw = ApiToken.issue(user)
+    client = Client(headers={"Authorization": f"Bearer {raw}"})
+    client.get("/api/projects")
+    first = ApiToken.objects.get(pk=token.pk).last_used_at
+    assert first is not None
+
+    client.get("/api/projects")
+    assert ApiToken.objects.get(pk=token.pk).last_used_at == first
+
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=first - timedelta(minutes=2))
+    client.get("/api/projects")
+    assert ApiToken.objects.get(pk=token.pk).last_used_at > first
 
 
 @pytest.mark.parametrize(

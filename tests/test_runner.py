@@ -308,3 +308,33 @@ def test_a_steer_sent_while_the_agent_starts_waits_for_the_turn(runner: Proc, se
     assert steer.intent is not None
     steer.intent.refresh_from_db()
     assert steer.intent.state == "delivered"
+
+
+@pytest.mark.django_db
+def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session() -> None:
+    # A drained queue item can be claimed and registered for the same agent session
+    # before the previous turn's execution has finished tearing down.
+    import asyncio
+    from types import SimpleNamespace
+
+    from runs.execution import RunExecution
+
+    run = factories.RunFactory(status=RunStatus.COMPLETED)
+    released: list[Any] = []
+
+    async def release(process: Any) -> None:
+        released.append(process)
+
+    previous = RunExecution(SimpleNamespace(pool=SimpleNamespace(release=release)), run.pk)
+    following = object()
+    previous.process = SimpleNamespace(sinks={"agent-session": following})
+    previous.agent_session_id = "agent-session"
+
+    async def ended() -> None:
+        return None
+
+    previous._execute = ended  # type: ignore[method-assign]
+    asyncio.run(previous.execute())
+
+    assert previous.process.sinks == {"agent-session": following}
+    assert released == [previous.process]

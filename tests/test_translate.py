@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from runs.translate import Translator, per_turn_usage
+from typing import Any
+
+import pytest
+from acp import helpers, schema
+
+from runs.translate import Translator, as_dict, per_turn_usage
 
 
 def chunk(kind: str, text: str, message_id: str | None = None) -> dict:
@@ -118,3 +123,27 @@ def test_cumulative_usage_is_stored_per_turn_as_the_difference() -> None:
         "totalTokens": 150
     }
     assert per_turn_usage({"totalTokens": 150}, None, cumulative=True) == {"totalTokens": 150}
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        helpers.update_agent_message_text("plain"),
+        helpers.update_agent_thought_text("thinking"),
+        schema.AgentMessageChunk(
+            session_update="agent_message_chunk", content=helpers.text_block("with id"), message_id="m-7"
+        ),
+        schema.AgentMessageChunk(
+            session_update="agent_message_chunk",
+            content=schema.TextContentBlock(
+                type="text", text="annotated", annotations=schema.Annotations(priority=1)
+            ),
+        ),
+        schema.AgentMessageChunk(
+            session_update="agent_message_chunk", content=helpers.text_block("meta"), field_meta={"k": 1}
+        ),
+        helpers.update_agent_message(helpers.resource_link_block("file.txt", "file:///file.txt")),
+    ],
+)
+def test_as_dict_gives_what_model_dump_gives(update: Any) -> None:
+    assert as_dict(update) == update.model_dump(by_alias=True, exclude_none=True, mode="json")

@@ -1,0 +1,134 @@
+"""ACP over an agent's stdio: the SDK's connection on a leaner newline-delimited JSON transport.
+
+Design note: docs/runner.md ("Reading the agent"). With a hundred runs streaming into one
+runner, the SDK's per-message work was most of the runner's event loop (bench/README.md,
+concurrency): its stdio transport wraps every line in `asyncio.wait_for` and decodes it
+with the stdlib `json`, and each notification becomes a task that validates it into
+pydantic models, which the runner then dumped back into the dict the agent had sent.
+
+This is the SDK's message-level `Transport` interface (`acp.connect_to_agent` accepts
+one): the same framing, read with a plain `readuntil` and orjson. `session/update`
+notifications — nearly all of a turn's traffic — go straight to `on_session_update` as
+the agent's JSON, in the order they were read, so every update is routed before the
+SDK sees the answer that follows it (the SDK needs a tracker for that). Requests,
+responses and every other notification go to the SDK as before. Spawning and the
+defensive shutdown (stdin closed, then terminate, then kill) stay the SDK's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any
+
+import acp
+import orjson
+from acp.transports import spawn_stdio_transport
+
+log = logging.getLogger(__name__)
+
+SessionUpdateHandler = Callable[[str, dict[str, Any]], None]
+
+
+class StdioTransport:
+    """Newline-delimited JSON-RPC over a child's stdout (in) and stdin (out)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        on_session_update: SessionUpdateHandler | None = None,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._send_lock = asyncio.Lock()
+        self._on_session_update = on_session_update
+
+    async def send(self, message: dict[str, Any]) -> None:
+        try:
+            data = orjson.dumps(message)
+        except TypeError:  # what orjson will not encode (ints past 64 bits …), json will
+            data = json.dumps(message, separators=(",", ":")).encode()
+        async with self._send_lock:  # one message's bytes never interleave with another's
+            self._writer.write(data + b"\n")
+            await self._writer.drain()
+
+    async def receive(self) -> dict[str, Any] | None:
+        """The next message; None at end of stream. A line that is not JSON is logged and skipped."""
+        while True:
+            line = await self._read_line()
+            if line is None:
+                return None
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                message = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                log.error("agent sent a line that is not JSON: %r", line[:200])
+                continue
+            if not isinstance(message, dict):
+                log.error("agent sent JSON that is not a JSON-RPC message: %r", line[:200])
+            elif not self._took_session_update(message):
+                return message
+
+    def _took_session_update(self, message: dict[str, Any]) -> bool:
+        if self._on_session_update is None or message.get("method") != "session/update" or "id" in message:
+            return False
+        params = message.get("params")
+        if not isinstance(params, dict):
+            return False  # malformed: the SDK answers it as it would
+        session_id, update = params.get("sessionId"), params.get("update")
+        if not isinstance(session_id, str) or not isinstance(update, dict):
+            return False
+        try:
+            self._on_session_update(session_id, update)
+        except Exception:  # one bad update must not stop the agent's stream
+            log.exception("session/update handler failed for session %s", session_id)
+        return True
+
+    async def _read_line(self) -> bytes | None:
+        chunks: list[bytes] = []
+        while True:
+            try:
+                chunks.append(await self._reader.readuntil(b"\n"))
+                return b"".join(chunks)
+            except asyncio.LimitOverrunError as exc:
+                # A line longer than the stream's buffer limit: take it in pieces.
+                chunks.append(await self._reader.readexactly(exc.consumed))
+            except asyncio.IncompleteReadError as exc:
+                chunks.append(exc.partial)
+                line = b"".join(chunks)
+                return line or None
+
+    async def close(self) -> None:
+        # The process's stdin is closed by spawn_stdio_transport's shutdown sequence.
+        return None
+
+
+@contextlib.asynccontextmanager
+async def spawn_agent(
+    client: Any,
+    command: str,
+    *args: str,
+    env: Mapping[str, str] | None,
+    cwd: str,
+    stderr: Any,
+    limit: int,
+    on_session_update: SessionUpdateHandler | None = None,
+) -> AsyncIterator[tuple[acp.ClientSideConnection, asyncio.subprocess.Process]]:
+    """Like `acp.spawn_agent_process`, on StdioTransport."""
+    async with spawn_stdio_transport(command, *args, env=env, cwd=cwd, stderr=stderr, limit=limit) as (
+        reader,
+        writer,
+        process,
+    ):
+        transport = StdioTransport(reader, writer, on_session_update)
+        conn = acp.connect_to_agent(client, transport, use_unstable_protocol=True)
+        try:
+            yield conn, process
+        finally:
+            await conn.close()
