@@ -11,8 +11,9 @@ The emitter is a separate process that appends as the runner does — JournalWri
 runs.journal.append_batch's transaction in a database thread, then the publish from the
 event loop — so the commit and the publish-after-commit are inside the measured path. Each event
 carries the wall-clock time taken just before its append; latency is the client's
-receive time minus that. Delivered frames/s counts every event frame the clients
-received inside the measured window.
+receive time minus that. Delivered events/s counts every event the clients received inside
+the measured window, whether it came alone (`event` frame) or with others (`events` frame:
+hermesweb sends a notification's batch in one; the baselines send a frame per event).
 
 usage: python bench/fanout.py [--quick] [--viewers 1,50,200] [--rate 100] [--json FILE]
 """
@@ -383,7 +384,7 @@ def rows(
         out.append(
             S.Row(
                 bench="fanout",
-                figure=f"delivered frames/s, {n} viewer{'s' * (n > 1)} @ {rate:g} ev/s",
+                figure=f"delivered events/s, {n} viewer{'s' * (n > 1)} @ {rate:g} ev/s",
                 value=get("hermesweb", key, "frames_per_s"),
                 unit="/s",
                 higher_is_better=True,
@@ -398,7 +399,7 @@ def rows(
     out.append(
         S.Row(
             bench="fanout",
-            figure=f"saturation frames/s, {tp_viewers} viewers, {tp_rate:g} ev/s offered",
+            figure=f"saturation events/s delivered, {tp_viewers} viewers, {tp_rate:g} ev/s offered",
             value=get("hermesweb", "tp", "frames_per_s"),
             unit="/s",
             higher_is_better=True,

@@ -188,3 +188,20 @@ def test_catch_up_of_a_page_arrives_in_events_frames_and_stops_at_the_terminal_e
     assert send.wire == ["events"]
     assert send.seqs(run.pk) == list(range(1, 31))
     assert run.pk in subscription.done
+
+
+def test_a_live_batch_goes_out_as_one_events_frame_and_a_single_event_as_an_event_frame() -> None:
+    send = Recorder()
+    sub = live.Subscription(1, {}, send)
+    sub.followed.add(5)
+    sub.sent = {5: 0}
+
+    async def scenario() -> None:
+        await sub.deliver(5, batch(5, 1, range(1, 5)))
+        await sub.deliver(5, batch(5, 1, range(3, 6)))  # 3 and 4 again: only 5 is new
+        await sub.deliver(5, batch(5, 1, range(6, 10), terminal_at=7))  # nothing after the terminal
+
+    async_to_sync(scenario)()
+    assert send.wire == ["events", "event", "events"]
+    assert send.seqs(5) == [1, 2, 3, 4, 5, 6, 7]
+    assert 5 in sub.done
