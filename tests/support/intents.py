@@ -56,6 +56,9 @@ def pause(proc: Proc, session: Session) -> None:
 
     def frozen_outside_a_write() -> bool:
         proc.signal(signal.SIGSTOP)
+        # kill() returns before every thread has stopped: one still running on the other
+        # core could take the write lock just after the probe below found it free.
+        wait_for(lambda: _all_threads_stopped(proc.pid), 5, what=f"{proc.name}'s threads to stop")
         if _can_write(session):
             return True
         proc.signal(signal.SIGCONT)
@@ -66,6 +69,17 @@ def pause(proc: Proc, session: Session) -> None:
 
 def resume(proc: Proc) -> None:
     proc.signal(signal.SIGCONT)
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    for stat in Path(f"/proc/{pid}/task").glob("*/stat"):
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # a thread that just exited
+        if state not in ("T", "t"):
+            return False
+    return True
 
 
 def _can_write(session: Session) -> bool:
