@@ -28,6 +28,8 @@ import acp
 import orjson
 from acp.transports import spawn_stdio_transport
 
+from runs.redaction import redact_text
+
 log = logging.getLogger(__name__)
 
 SessionUpdateHandler = Callable[[str, dict[str, Any]], None]
@@ -68,10 +70,10 @@ class StdioTransport:
             try:
                 message = orjson.loads(line)
             except orjson.JSONDecodeError:
-                log.error("agent sent a line that is not JSON: %r", line[:200])
+                log.error("agent sent a line that is not JSON: %r", _snippet(line))
                 continue
             if not isinstance(message, dict):
-                log.error("agent sent JSON that is not a JSON-RPC message: %r", line[:200])
+                log.error("agent sent JSON that is not a JSON-RPC message: %r", _snippet(line))
             elif not self._took_session_update(message):
                 return message
 
@@ -107,6 +109,11 @@ class StdioTransport:
     async def close(self) -> None:
         # The process's stdin is closed by spawn_stdio_transport's shutdown sequence.
         return None
+
+
+def _snippet(line: bytes) -> str:
+    # Logs are not the journal, but an agent's stray output can still carry a key.
+    return redact_text(line[:200].decode(errors="replace"))
 
 
 @contextlib.asynccontextmanager

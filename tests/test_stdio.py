@@ -6,6 +6,7 @@ import asyncio
 from typing import Any
 
 import orjson
+import pytest
 
 from runs.stdio import StdioTransport
 
@@ -58,6 +59,12 @@ def test_lines_longer_than_the_buffer_limit_arrive_whole() -> None:
 
 def test_lines_that_are_not_messages_are_skipped_not_fatal() -> None:
     assert received(b'not json\n[1,2]\n{"id":3}\n') == [{"id": 3}]
+
+
+def test_a_stray_line_is_logged_without_the_secret_it_carries(caplog: pytest.LogCaptureFixture) -> None:
+    assert received(b"token ghp_abcdefghijklmnopqrstuvwxyz0123 leaked\n") == []
+    assert "not JSON" in caplog.text
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123" not in caplog.text
 
 
 def test_sent_messages_are_one_json_line_each_even_when_orjson_refuses_them() -> None:
