@@ -183,7 +183,7 @@ HERMESWEB_SHUTDOWN_GRACE_SECONDS = env_float("HERMESWEB_SHUTDOWN_GRACE_SECONDS",
 HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
 HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, minimum=1)
 # A page costs ~6 ms of request handling whatever its size: 1,000 events a page held the polling
-# API to ~75k events/s, 5,000 (~1.2 MB of JSON) reaches ~120k (bench/README.md, replay).
+# API to ~75k events/s, 5,000 (~1.2 MB of JSON) reaches ~110k (bench/README.md, replay).
 HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 5000, minimum=1)
 # Live delivery (docs/live-delivery.md): the embedded default tails the database at
 # LIVE_POLL; with Redis a slower safety poll repairs anything a lost notification hid.
