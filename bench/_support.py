@@ -1,7 +1,7 @@
 """Shared plumbing for the benchmarks: databases, processes, /proc stats, result rows.
 
-Minimal copies of tests/support ideas (tests/ imports pytest, which a benchmark must
-not need). Every benchmark makes its own data directory and database — a SQLite file
+Processes, ports and waiting come from tests/support/procs.py (plain Python, no pytest).
+Every benchmark makes its own data directory and database — a SQLite file
 in a temp dir, or a PostgreSQL database `hermesweb_bench_<pid>` it creates and drops —
 and never touches the developer's `var/` or the dev database.
 """
@@ -14,19 +14,23 @@ import json
 import math
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.support import procs  # noqa: E402 - needs REPO on the path
+from tests.support.procs import free_port, wait_for  # noqa: E402
+
 PG_ADMIN_URL = os.environ.get("HERMESWEB_BENCH_PG_ADMIN", "postgres://postgres@127.0.0.1:5432/postgres")
 REDIS_URL = os.environ.get("HERMESWEB_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 SECRET_KEY = "bench-only-not-a-secret-bench-only-not-a-secret-0123456789"
@@ -184,46 +188,22 @@ def running_run(session: Any) -> Any:
 # ---------------------------------------------------------------- processes
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Proc:
-    """A subprocess of ours, logging to a file; stopped by its own pid, never by name."""
+class Proc(procs.Proc):
+    """A subprocess of ours (tests/support/procs.py's), stopped at exit if a benchmark forgets."""
 
     def __init__(self, name: str, args: Sequence[str], env: dict[str, str], log_dir: Path) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}-{time.monotonic_ns()}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.popen = subprocess.Popen(
-            list(args), cwd=REPO, env=env, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        super().__init__(name, list(args), env, log_dir)
         _live_procs.append(self)
 
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def alive(self) -> bool:
-        return self.popen.poll() is None
-
     def log(self, tail: int = 4000) -> str:
-        return self.log_path.read_text(errors="replace")[-tail:]
+        return super().log()[-tail:]
 
     def stop(self, timeout: float = 15.0) -> int | None:
-        if self.alive():
-            self.popen.send_signal(signal.SIGTERM)
-            try:
-                self.popen.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.popen.kill()
-                self.popen.wait(10)
-        self._log.close()
-        with contextlib.suppress(ValueError):
-            _live_procs.remove(self)
-        return self.popen.returncode
+        try:
+            return super().stop(timeout)
+        finally:
+            with contextlib.suppress(ValueError):
+                _live_procs.remove(self)
 
 
 _live_procs: list[Proc] = []
@@ -234,17 +214,6 @@ def _stop_all() -> None:
     for proc in reversed(list(_live_procs)):
         with contextlib.suppress(Exception):
             proc.stop(5)
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(0.05)
 
 
 def wait_listening(proc: Proc, port: int, timeout: float = 30.0) -> None:

@@ -91,15 +91,15 @@ def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:
 
 
 class RunExecution:
-    def __init__(self, runner: RunnerProcess, run_id: int, claimed: Claimed | None = None) -> None:
+    def __init__(self, runner: RunnerProcess, claimed: Claimed) -> None:
         self.runner = runner
-        self.run_id = run_id
-        self.writer = JournalWriter(run_id)
+        self.run_id: int = claimed.ctx["run_id"]
+        self.started = claimed.started
+        self.writer = JournalWriter(self.run_id)
         self.translator = Translator()
         self.process: AgentProcess | None = None
         self.agent_session_id = ""
-        self.ctx: dict[str, Any] = {}
-        self.claimed = claimed
+        self.ctx = claimed.ctx
         self.approvals: dict[str, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
         self.clarifications: dict[str, asyncio.Future[Any]] = {}
         self.cancel_requested = asyncio.Event()
@@ -142,17 +142,9 @@ class RunExecution:
                 await self.runner.pool.release(self.process)
 
     async def _execute(self) -> None:
-        if self.claimed is not None:
-            self.ctx = self.claimed.ctx
-            # Rung before anything else this run publishes, so viewers see it first.
-            await notify.apublish_events(
-                self.ctx["session_id"],
-                self.run_id,
-                journal.envelopes(self.claimed.started, self.ctx["session_id"]),
-            )
-        else:
-            self.ctx = await sync_to_async(_load_context)(self.run_id)
-            await self.writer.flush([_started_event(self.ctx, self.runner.runner_id)])
+        # run.started committed with the claim: rung before anything else this run publishes.
+        session_id = self.ctx["session_id"]
+        await notify.apublish_events(session_id, self.run_id, journal.envelopes(self.started, session_id))
         spec = settings.HERMESWEB_AGENTS.get(self.ctx["agent"])
         if spec is None:
             await self._fail(

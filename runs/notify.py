@@ -74,7 +74,7 @@ class Publisher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[tuple[str, dict[str, Any]] | None] | None = None
+        self._queue: asyncio.Queue[tuple[str, dict[str, Any]]] | None = None
         self._thread: threading.Thread | None = None
 
     def submit(self, group: str, message: dict[str, Any]) -> None:
@@ -101,9 +101,9 @@ class Publisher:
         loop.run_until_complete(self._pump(self._queue))
 
     @staticmethod
-    async def _pump(queue: asyncio.Queue[tuple[str, dict[str, Any]] | None]) -> None:
-        while (item := await queue.get()) is not None:
-            await _asend(*item)
+    async def _pump(queue: asyncio.Queue[tuple[str, dict[str, Any]]]) -> None:
+        while True:
+            await _asend(*await queue.get())
             queue.task_done()
 
     def drain(self, timeout: float = DRAIN_AT_EXIT_SECONDS) -> None:

@@ -106,13 +106,14 @@ class RunnerProcess:
             if len(self.tasks) < settings.HERMESWEB_MAX_RUNS_PER_RUNNER:
                 started = await sync_to_async(claim_and_start)(self.runner_id)
                 if started is not None:
-                    self._start(started.ctx["run_id"], started)
+                    self._start(started)
                     claimed = True
             if not claimed:
                 await self._sleep(self._wake, self.poll)
 
-    def _start(self, run_id: int, claimed: Claimed) -> None:
-        execution = RunExecution(self, run_id, claimed)
+    def _start(self, claimed: Claimed) -> None:
+        execution = RunExecution(self, claimed)
+        run_id = execution.run_id
         self.executions[run_id] = execution
         task = asyncio.ensure_future(execution.execute())
         self.tasks[run_id] = task

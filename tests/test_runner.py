@@ -317,7 +317,7 @@ def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session(
     import asyncio
     from types import SimpleNamespace
 
-    from runs.execution import RunExecution
+    from runs.execution import Claimed, RunExecution
 
     run = factories.RunFactory(status=RunStatus.COMPLETED)
     released: list[Any] = []
@@ -325,7 +325,8 @@ def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session(
     async def release(process: Any) -> None:
         released.append(process)
 
-    previous = RunExecution(SimpleNamespace(pool=SimpleNamespace(release=release)), run.pk)
+    runner = SimpleNamespace(pool=SimpleNamespace(release=release))
+    previous = RunExecution(runner, Claimed({"run_id": run.pk}, []))
     following = object()
     previous.process = SimpleNamespace(sinks={"agent-session": following})
     previous.agent_session_id = "agent-session"
