@@ -257,6 +257,8 @@ def start_profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes
         "250",
         "-f",
         "raw",
+        # Without it py-spy stops the process for every sample, which slows what it measures.
+        "--nonblocking",
         "-o",
         str(out),
     ]

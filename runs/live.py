@@ -2,9 +2,10 @@
 
 Design note: docs/live-delivery.md. In each web process one `SessionFeed` per
 session joins the channel-layer group `session.{id}` (one subscription per
-process, not per socket) and tails the database: every 0.1 s without Redis,
-where the runner's notifications cannot reach us, every 2 s with it, as a
-safety net. The feed broadcasts contiguous, pre-encoded event frames and
+process, not per socket), and the process's `LiveHub` tails the database for
+all its feeds in one batched poll: every 0.1 s without Redis, where the
+runner's notifications cannot reach us, every 2 s with it, as a safety net.
+The feed broadcasts contiguous, pre-encoded event frames and
 session snapshots to its `Subscription`s, one per socket. A subscription joins
 the feed first, then replays the journal after its cursors in bounded pages,
 then forwards the feed's frames, dropping any `(run_id, seq)` at or below what
@@ -19,7 +20,7 @@ import contextlib
 import logging
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,45 +186,81 @@ class RunHead:
 
 def run_heads(session_id: int, run_ids: Collection[int] = (), above: int | None = None) -> list[RunHead]:
     """The session's active runs, plus `run_ids`, plus runs newer than `above`."""
-    condition = Q(status__in=ACTIVE_STATUSES) | Q(pk__in=list(run_ids))
-    if above is not None:
-        condition |= Q(pk__gt=above)
-    rows = Run.objects.filter(session_id=session_id).filter(condition).order_by("pk")
-    return [
-        RunHead(pk, last_seq, status) for pk, last_seq, status in rows.values_list("pk", "last_seq", "status")
-    ]
+    return runs_heads({session_id: (run_ids, above)})[session_id]
 
 
-def session_marker(session_id: int, heads: list[RunHead] | None = None) -> tuple[Any, ...] | None:
+# Sessions per query of a batched poll: each adds a term to one OR (SQLite's expression depth).
+POLL_CHUNK = 200
+
+
+def runs_heads(wanted: Mapping[int, tuple[Collection[int], int | None]]) -> dict[int, list[RunHead]]:
+    """`run_heads` for many sessions (session id → (run ids, above)) in one query per chunk."""
+    heads: dict[int, list[RunHead]] = {session_id: [] for session_id in wanted}
+    items = list(wanted.items())
+    for start in range(0, len(items), POLL_CHUNK):
+        chunk = items[start : start + POLL_CHUNK]
+        condition = Q(status__in=ACTIVE_STATUSES) | Q(pk__in=[pk for _, (ids, _) in chunk for pk in ids])
+        for session_id, (_, above) in chunk:
+            if above is not None:
+                condition |= Q(session_id=session_id, pk__gt=above)
+        rows = (
+            Run.objects.filter(session_id__in=[session_id for session_id, _ in chunk])
+            .filter(condition)
+            .order_by("pk")
+            .values_list("session_id", "pk", "last_seq", "status")
+        )
+        for session_id, pk, last_seq, status in rows:
+            heads[session_id].append(RunHead(pk, last_seq, status))
+    return heads
+
+
+Marker = tuple[Any, ...]
+
+
+def session_marker(session_id: int, heads: list[RunHead] | None = None) -> Marker | None:
     """Cheap fingerprint of the snapshot; title and commands are written without bumping updated_at."""
-    row = (
-        Session.objects.filter(pk=session_id)
-        .values_list("updated_at", "title", "status", "commands", "project__updated_at")
-        .first()
-    )
-    if row is None:
-        return None
-    intents = PendingIntent.objects.filter(session_id=session_id).aggregate(
-        at=Max("updated_at"), n=Count("pk")
-    )
     if heads is None:
-        active = Run.objects.filter(session_id=session_id).active().values_list("pk", "status").first()
-    else:
-        active = next(((h.run_id, h.status) for h in heads if not h.terminal), None)
-    return (*row, intents["at"], intents["n"], active)
+        heads = run_heads(session_id)
+    return session_markers({session_id: heads})[session_id]
 
 
-def poll_state(
-    session_id: int, watched: Collection[int], above: int
-) -> tuple[list[RunHead], tuple[Any, ...] | None]:
-    heads = run_heads(session_id, watched, above)
-    return heads, session_marker(session_id, heads)
+def session_markers(heads: Mapping[int, list[RunHead]]) -> dict[int, Marker | None]:
+    """`session_marker` for many sessions (their heads given), in two queries per chunk."""
+    markers: dict[int, Marker | None] = dict.fromkeys(heads)
+    ids = list(heads)
+    for start in range(0, len(ids), POLL_CHUNK):
+        chunk = ids[start : start + POLL_CHUNK]
+        rows = Session.objects.filter(pk__in=chunk).values_list(
+            "pk", "updated_at", "title", "status", "commands", "project__updated_at"
+        )
+        intents = {
+            session_id: (at, n)
+            for session_id, at, n in PendingIntent.objects.filter(session_id__in=chunk)
+            .order_by()
+            .values("session_id")
+            .annotate(at=Max("updated_at"), n=Count("pk"))
+            .values_list("session_id", "at", "n")
+        }
+        for session_id, *row in rows:
+            active = next(((h.run_id, h.status) for h in heads[session_id] if not h.terminal), None)
+            markers[session_id] = (*row, *intents.get(session_id, (None, 0)), active)
+    return markers
 
 
-def feed_start_state(session_id: int) -> tuple[int, list[RunHead], tuple[Any, ...] | None]:
+PollState = tuple[list[RunHead], Marker | None]
+
+
+def poll_states(wanted: Mapping[int, tuple[Collection[int], int | None]]) -> dict[int, PollState]:
+    """Heads and marker of many sessions at once: the process-wide safety poll's reads."""
+    heads = runs_heads(wanted)
+    markers = session_markers(heads)
+    return {session_id: (heads[session_id], markers[session_id]) for session_id in wanted}
+
+
+def feed_start_state(session_id: int) -> tuple[int, list[RunHead], Marker | None]:
     # The floor first: a run created after this read has a higher id, so the feed follows it.
     floor = run_floor(session_id)
-    heads, marker = poll_state(session_id, (), floor)
+    heads, marker = poll_states({session_id: ((), floor)})[session_id]
     return floor, heads, marker
 
 
@@ -346,6 +383,7 @@ class SessionFeed:
         self.layer = get_channel_layer()
         self.channel: str | None = None
         self.crosses_processes = bool(settings.REDIS_URL)
+        self.started = False
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -363,8 +401,9 @@ class SessionFeed:
         self.newest = max([self.floor, *(head.run_id for head in heads)])
         self.heads = {head.run_id: head.last_seq for head in heads}
         self.watched = set(self.heads)
+        self.started = True
         loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._poll_loop()))
+        self._tasks.append(loop.create_task(self._wake_loop()))
         if self.channel is not None:
             self._tasks.append(loop.create_task(self._listen_loop()))
 
@@ -380,18 +419,22 @@ class SessionFeed:
 
     # -------------------------------------------------------------- sources
 
-    def _poll_interval(self) -> float:
+    def poll_interval(self) -> float:
         return poll_seconds(self.crosses_processes and self.channel is not None)
 
-    async def _poll_loop(self) -> None:
+    def poll_request(self) -> tuple[set[int], int]:
+        """What the hub's safety poll reads for this feed: (runs still watched, newest run id)."""
+        return set(self.watched), self.newest
+
+    async def _wake_loop(self) -> None:
+        # Doorbells that may change the snapshot; the periodic safety poll is the hub's.
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self._poll_interval())
+            await self.wake.wait()
             self.wake.clear()
             try:
                 await self.check()
             except Exception:
-                log.exception("session %s: live poll failed", self.session_id)
+                log.exception("session %s: live check failed", self.session_id)
                 await asyncio.sleep(1.0)
 
     async def _listen_loop(self) -> None:
@@ -414,12 +457,18 @@ class SessionFeed:
         elif kind == "session.changed":
             self.wake.set()
 
-    async def check(self) -> None:
-        """Read the database: broadcast what the doorbell missed and any change of the snapshot."""
+    async def check(self, state: PollState | None = None) -> None:
+        """Broadcast what the doorbell missed and any change of the snapshot.
+
+        `state` is what the hub's poll read for this feed, possibly before something this
+        feed did since: an older head or marker only costs a redundant read.
+        """
         async with self.lock:
-            heads, marker = await database_sync_to_async(poll_state)(
-                self.session_id, self.watched, self.newest
-            )
+            if state is None:
+                state = (await database_sync_to_async(poll_states)({self.session_id: self.poll_request()}))[
+                    self.session_id
+                ]
+            heads, marker = state
             for head in heads:
                 await self._advance(head.run_id, head.last_seq, [])
                 if head.terminal and self.heads.get(head.run_id) == head.last_seq:
@@ -493,11 +542,16 @@ class SessionFeed:
 
 
 class LiveHub:
-    """The feeds of one event loop (one web process), by session."""
+    """The feeds of one event loop (one web process), by session, and their one safety poll.
+
+    One poll for the process, not one per feed: at 100 watched sessions the per-feed polls
+    were about half of the web process's CPU (bench/README.md, concurrency).
+    """
 
     def __init__(self) -> None:
         self.feeds: dict[int, SessionFeed] = {}
         self._starting: dict[SessionFeed, asyncio.Future[None]] = {}
+        self._poller: asyncio.Task[None] | None = None
 
     def join(self, session_id: int, subscriber: Subscription) -> SessionFeed:
         feed = self.feeds.get(session_id)
@@ -505,7 +559,37 @@ class LiveHub:
             feed = self.feeds[session_id] = SessionFeed(session_id)
             self._starting[feed] = asyncio.ensure_future(feed.start())
         feed.subscribers.add(subscriber)
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.ensure_future(self._poll_loop())
         return feed
+
+    def _started_feeds(self) -> list[SessionFeed]:
+        return [feed for feed in self.feeds.values() if feed.started]
+
+    async def _poll_loop(self) -> None:
+        """Every feed's safety poll, batched: a few queries per interval whatever the feeds."""
+        while self.feeds:
+            feeds = self._started_feeds()
+            interval = min((feed.poll_interval() for feed in feeds), default=poll_seconds(False))
+            await asyncio.sleep(interval)
+            feeds = self._started_feeds()
+            if not feeds:
+                continue
+            try:
+                states = await database_sync_to_async(poll_states)(
+                    {feed.session_id: feed.poll_request() for feed in feeds}
+                )
+            except Exception:
+                log.exception("live safety poll failed")
+                await asyncio.sleep(1.0)
+                continue
+            for feed in feeds:
+                if self.feeds.get(feed.session_id) is not feed:
+                    continue  # it stopped while we read
+                try:
+                    await feed.check(states[feed.session_id])
+                except Exception:
+                    log.exception("session %s: live poll failed", feed.session_id)
 
     async def ready(self, feed: SessionFeed) -> None:
         # Shielded: one subscriber going away must not cancel the start others wait on.

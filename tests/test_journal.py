@@ -363,6 +363,39 @@ def test_redaction_masks_values_under_secret_keys_and_keeps_usage() -> None:
     }
 
 
+SECRET_SAMPLES = [
+    "Authorization: Bearer abcdefghijklmnop1234",
+    "export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx",
+    "password=hunter2hunter2",
+    'DB_PASSWORD: "s3cr3t-value"',
+    "postgres://app:s3cretpass@db.internal/app",
+    "AKIAABCDEFGHIJKLMNOP",
+    "hf_abcdefghijklmnopqrstuvwxyz",
+    "xoxb-1234567890-abcdefghij",
+    "github_pat_abcdefghijklmnopqrstuvwxyz",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----",
+    # IGNORECASE also matches these non-ASCII letters: ſ (long s), K (Kelvin sign), İ and ı.
+    "paſſword=hunter2hunter2",
+    "toKen: abcdefgh12345678",
+    "BAſİC abcdefghijklmnop",
+    "prıvate_key=abcdefgh12345678",
+]
+
+
+@pytest.mark.parametrize("secret", SECRET_SAMPLES)
+@pytest.mark.parametrize("around", ["{} after", "⟦1764.5⟧ {} — déjà vu 日本 🙂", "İ {} ſ"])
+def test_redaction_skips_only_passes_that_cannot_match(secret: str, around: str) -> None:
+    # The substring triggers decide which patterns run: they must never skip one that would match.
+    from runs.redaction import _PATTERNS, _redact_text
+
+    text = around.format(secret)
+    every_pass = text
+    for pattern, replacement in _PATTERNS:
+        every_pass = pattern.sub(replacement, every_pass)  # type: ignore[arg-type]
+    assert every_pass != text
+    assert _redact_text(text) == every_pass
+
+
 def test_redaction_leaves_ordinary_text_alone() -> None:
     text = "Ran 3 tests in 0.2s; tokens used: 120. See docs/secret-handling.md"
     assert redact(text) == text

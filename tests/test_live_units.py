@@ -205,3 +205,35 @@ def test_a_live_batch_goes_out_as_one_events_frame_and_a_single_event_as_an_even
     assert send.wire == ["events", "event", "events"]
     assert send.seqs(5) == [1, 2, 3, 4, 5, 6, 7]
     assert 5 in sub.done
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("chunk", [1, 2, live.POLL_CHUNK])
+def test_one_batched_poll_reads_what_each_session_alone_would(
+    chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The hub polls all its feeds at once; each feed must see what its own poll would have.
+    monkeypatch.setattr(live, "POLL_CHUNK", chunk)
+    busy, quiet, other = factories.SessionFactory(), factories.SessionFactory(), factories.SessionFactory()
+    ended = factories.RunFactory(session=busy, status=RunStatus.COMPLETED, last_seq=4)
+    active = factories.RunFactory(session=busy, status=RunStatus.RUNNING, last_seq=9)
+    factories.PendingIntentFactory(session=busy)
+    old = factories.RunFactory(session=quiet, status=RunStatus.FAILED, last_seq=2)
+    newer = factories.RunFactory(session=quiet, status=RunStatus.COMPLETED, last_seq=3)
+    factories.RunFactory(session=other, status=RunStatus.RUNNING)  # polled by nobody
+    wanted = {busy.pk: ({ended.pk}, active.pk), quiet.pk: (set(), old.pk), 10**9: (set(), 0)}
+
+    states = live.poll_states(wanted)
+
+    assert set(states) == set(wanted)
+    assert [h.run_id for h in states[busy.pk][0]] == [ended.pk, active.pk]
+    assert [(h.run_id, h.last_seq) for h in states[quiet.pk][0]] == [(newer.pk, 3)]
+    assert states[10**9] == ([], None)  # a deleted session: the feed reports it gone
+    for session_id in (busy.pk, quiet.pk):
+        alone = live.poll_states({session_id: wanted[session_id]})[session_id]
+        assert states[session_id] == alone
+        assert states[session_id][1] == live.session_marker(session_id, alone[0])
+    busy_marker = states[busy.pk][1]
+    assert busy_marker is not None
+    assert busy_marker[-1] == (active.pk, RunStatus.RUNNING)
+    assert busy_marker[-2] == 1  # one open intent

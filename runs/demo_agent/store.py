@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -83,14 +82,18 @@ class SessionStore:
         if path is None:
             raise ValueError(f"invalid session id {session.session_id!r}")
         self.sessions_dir.mkdir(parents=True, exist_ok=True)
-        # Write-then-rename so a crash mid-write never leaves a truncated file behind.
-        fd, tmp = tempfile.mkstemp(dir=self.sessions_dir, prefix=".tmp-", suffix=".json")
+        # A streaming turn saves twice a second and the file holds the whole history, so this
+        # is the agent's hottest path: `json.dumps` (C encoder; `json.dump` to a file is the
+        # pure-Python one) of a shallow dict (`asdict` deep-copies the history first).
+        text = json.dumps({f.name: getattr(session, f.name) for f in fields(session)}, ensure_ascii=False)
+        # Write-then-rename so a crash mid-write never leaves a truncated file behind; the
+        # temporary name is this process's own (saves within a process never overlap).
+        tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(asdict(session), fh, ensure_ascii=False)
+            tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, path)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
 
     def load(self, session_id: str) -> StoredSession | None:
