@@ -1,19 +1,25 @@
 """The demo agent, stamping each text chunk with the wall-clock time it is sent (bench/concurrency.py).
 
-It is runs.demo_agent unchanged but for two things: a prompt `stream N` streams N short
-chunks at the agent's chunk delay (HERMESWEB_DEMO_DELAY: 0.02 s = 50 tokens/s), and every
+It is runs.demo_agent unchanged but for three things: a prompt `stream N` streams N short
+chunks at the agent's chunk delay (HERMESWEB_DEMO_DELAY: 0.02 s = 50 tokens/s); every
 agent_message_chunk begins with `⟦<time.time()>⟧`, taken just before it is written to
-stdout. The journal keeps that text, so the lag from agent to committed row can be read
-back from the database afterwards, per token, however deltas were coalesced.
+stdout; and the chunks of `stream` turns are written by one ticker per process (`Ticker`).
+The journal keeps the stamps, so the lag from agent to committed row can be read back from
+the database afterwards, per token, however deltas were coalesced.
 
 usage: python -m bench.stamp_agent [--home DIR] [--delay SECONDS]  (as runs.demo_agent)
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
 import sys
 import time
+from dataclasses import dataclass, field
+
+import orjson
 
 from runs.demo_agent import __main__ as demo_main
 from runs.demo_agent import agent as demo_agent
@@ -29,6 +35,81 @@ async def say_stamped(self: demo_turn.Turn, chunk: str, *, delay: float | None =
     await _say_chunk(self, f"⟦{time.time():.6f}⟧{chunk}", delay=delay)
 
 
+@dataclass
+class Stream:
+    turn: demo_turn.Turn
+    count: int
+    done: asyncio.Future[None]
+    sent: int = 0
+    message_id: str = field(default="")
+
+
+class Ticker:
+    """Every `stream` turn of this process, one chunk each per tick, in one write.
+
+    The agents are the load generator and share two cores with what they load. Driven
+    through the SDK, one timer and one task per session, a chunk cost them ~350 µs of CPU:
+    a whole core at 100 runs, which the runner and the web then lacked. The same JSON-RPC
+    notifications, built as plain dicts and written together on the SDK's own stdout
+    writer once per tick, cost a few µs each. Nothing else is in flight while a `stream`
+    turn streams, so no other message of its session is overtaken.
+    """
+
+    def __init__(self) -> None:
+        self.streams: list[Stream] = []
+        self._task: asyncio.Task[None] | None = None
+
+    async def stream(self, turn: demo_turn.Turn, count: int) -> None:
+        loop = asyncio.get_running_loop()
+        entry = Stream(turn, count, loop.create_future(), message_id=turn._message_id("text"))
+        self.streams.append(entry)
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._run(turn))
+        await entry.done
+
+    async def _run(self, any_turn: demo_turn.Turn) -> None:
+        # The SDK's connection → transport → sender → the stdout StreamWriter (acp 0.x internals).
+        stdout: asyncio.StreamWriter = any_turn.conn._conn._transport._sender._writer  # type: ignore[attr-defined]
+        loop = asyncio.get_running_loop()
+        tick = loop.time()
+        while self.streams:
+            lines = []
+            for entry in list(self.streams):
+                turn = entry.turn
+                if turn.cancelled:
+                    self._end(entry, demo_turn.TurnCancelled())
+                    continue
+                chunk = f"token {entry.sent} "
+                turn.output_words += 2
+                update = {
+                    "sessionUpdate": "agent_message_chunk",
+                    "content": {"type": "text", "text": f"⟦{time.time():.6f}⟧{chunk}"},
+                    "messageId": entry.message_id,
+                }
+                params = {"sessionId": turn.session_id, "update": update}
+                lines.append(orjson.dumps({"jsonrpc": "2.0", "method": "session/update", "params": params}))
+                turn.record(update)
+                entry.sent += 1
+                if entry.sent == entry.count:
+                    self._end(entry, None)
+            if lines:
+                stdout.write(b"\n".join(lines) + b"\n")
+            tick += float(os.environ.get("HERMESWEB_DEMO_DELAY", "0.02"))
+            await asyncio.sleep(max(0.0, tick - loop.time()))
+
+    def _end(self, entry: Stream, error: BaseException | None) -> None:
+        self.streams.remove(entry)
+        if entry.done.done():
+            return
+        if error is None:
+            entry.done.set_result(None)
+        else:
+            entry.done.set_exception(error)
+
+
+ticker = Ticker()
+
+
 def pick_script(text: str) -> tuple[str, demo_agent.TurnScript]:
     match = _STREAM.search(text)
     if match is None:
@@ -36,8 +117,7 @@ def pick_script(text: str) -> tuple[str, demo_agent.TurnScript]:
     count = int(match.group(1))
 
     async def stream(turn: demo_turn.Turn) -> None:
-        for index in range(count):
-            await turn.say_chunk(f"token {index} ")
+        await ticker.stream(turn, count)
 
     return "stream", stream
 

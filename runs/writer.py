@@ -5,6 +5,12 @@ HERMESWEB_COALESCE_MS (or until MAX_COALESCED_CHARS), so a fast model costs a
 row per window, not per token. Any other event flushes what is buffered first,
 in one transaction, so the journal order is exactly the arrival order.
 
+Plain flushes of all the runs of a process are written together (`GroupCommit`):
+one transaction holds whatever the runs handed over while the previous one was in
+flight, so a runner commits a few hundred times a second however many runs it holds,
+not once per run per window. A flush that records a control (`also`, run updates)
+keeps a transaction of its own.
+
 The window throttles rather than delays: a delta arriving when nothing was
 written for a whole window is written at once (the first token of a turn reaches
 the browser without waiting 30 ms); deltas arriving within a window of the last
@@ -16,7 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -27,7 +35,9 @@ from django.db import transaction
 
 from runs import journal, notify, services
 from runs.journal import NewEvent
-from runs.models import EventType, JournalEvent
+from runs.models import EventType, JournalEvent, Run
+
+log = logging.getLogger(__name__)
 
 DELTA_TYPES = {EventType.TOKEN_DELTA: "message_id", EventType.REASONING_DELTA: "reasoning_id"}
 MAX_COALESCED_CHARS = 8192
@@ -148,8 +158,11 @@ class JournalWriter:
             batch = self._take() + list(extra)
             if not batch:
                 return []
-            append = sync_to_async(_append, thread_sensitive=False, executor=_db_threads)
-            rows, session_id, committed = await append(self.run_id, batch, also, run_updates)
+            if also is None and not run_updates:
+                rows, session_id, committed = await group_commit().append(self.run_id, batch)
+            else:
+                append = sync_to_async(_append, thread_sensitive=False, executor=_db_threads)
+                rows, session_id, committed = await append(self.run_id, batch, also, run_updates)
             if committed:
                 # Publish from this loop, still under the lock so notifications keep journal
                 # order. (Publishing on commit inside the database thread would park that thread
@@ -200,3 +213,102 @@ def _append(
         if also is not None:
             also()
     return rows, session_id, True
+
+
+AppendResult = tuple[list[JournalEvent], int, bool]
+
+
+class GroupCommit:
+    """One event loop's plain journal appends, written many runs to a transaction.
+
+    While one group is in the database the next collects, so nothing waits when the
+    runner is quiet and, under load, the commits per second stay near the number a
+    database thread can do in a row, whatever the number of runs (bench/README.md,
+    concurrency). A run never has two batches in one group: its writer's lock lets one
+    flush at a time through.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[int, list[NewEvent], asyncio.Future[AppendResult]]] = []
+        self._writing = False
+
+    async def append(self, run_id: int, batch: list[NewEvent]) -> AppendResult:
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self._waiting.append((run_id, batch, future))
+        if not self._writing:
+            self._writing = True
+            asyncio.get_running_loop().create_task(self._write())
+        return await future
+
+    async def _write(self) -> None:
+        try:
+            while self._waiting:
+                group, self._waiting = self._waiting, []
+                write = sync_to_async(_append_group, thread_sensitive=False, executor=_db_threads)
+                try:
+                    results = await write([(run_id, batch) for run_id, batch, _ in group])
+                except BaseException as exc:  # _append_group answers per item: this is the executor's
+                    for _, _, future in group:
+                        if not future.done():
+                            future.set_exception(exc)
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_, _, future), result in zip(group, results, strict=True):
+                    if future.done():
+                        continue  # its flush was cancelled; the rows are written all the same
+                    if isinstance(result, BaseException):
+                        future.set_exception(result)
+                    else:
+                        future.set_result(result)
+        finally:
+            self._writing = False
+
+
+_groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = weakref.WeakKeyDictionary()
+
+
+def group_commit() -> GroupCommit:
+    loop = asyncio.get_running_loop()
+    group = _groups.get(loop)
+    if group is None:
+        group = _groups[loop] = GroupCommit()
+    return group
+
+
+def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult | Exception]:
+    """Append each (run id, events) in one transaction; per item its result or its refusal.
+
+    A run that ended or vanished refuses its batch alone (`AlreadyTerminal`,
+    `DoesNotExist`: nothing was written for it). Any other failure rolls the group
+    back, and each batch is then written in a transaction of its own, so one bad
+    batch cannot cost the others theirs.
+    """
+    if len(items) == 1 or transaction.get_connection().in_atomic_block:
+        return [_append_alone(run_id, batch) for run_id, batch in items]
+    results: dict[int, AppendResult | Exception] = {}
+    try:
+        with transaction.atomic():
+            # Run rows are locked in id order, the same in every group.
+            for index in sorted(range(len(items)), key=lambda i: items[i][0]):
+                run_id, batch = items[index]
+                try:
+                    rows, session_id = journal.append_unpublished(run_id, batch)
+                except (journal.AlreadyTerminal, Run.DoesNotExist) as exc:
+                    # Raised before anything was written for this run, by a plain read: the
+                    # transaction is sound, only Django's atomic() marked it for rollback.
+                    transaction.set_rollback(False)
+                    results[index] = exc
+                else:
+                    results[index] = (rows, session_id, True)
+    except Exception:
+        log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
+        return [_append_alone(run_id, batch) for run_id, batch in items]
+    return [results[index] for index in range(len(items))]
+
+
+def _append_alone(run_id: int, batch: list[NewEvent]) -> AppendResult | Exception:
+    try:
+        return _append(run_id, batch, None, {})
+    except Exception as exc:
+        return exc

@@ -195,6 +195,7 @@ class DemoAgent:
     ) -> LoadSessionResponse:
         live = self._attach(session_id, cwd)
         # ACP: the whole history is replayed before session/load answers.
+        live.stored.seal()
         for record in list(live.stored.history):
             try:
                 update = SessionNotification.model_validate(

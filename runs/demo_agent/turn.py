@@ -152,9 +152,13 @@ class Turn:
     async def _send(self, update: Any, *, record: bool = True) -> None:
         await self.conn.session_update(session_id=self.session_id, update=update)
         if record:
-            self.live.stored.append(_dump(update))
-            if time.monotonic() - self._last_save > _SAVE_INTERVAL_S:
-                self.save()
+            self.record(_dump(update))
+
+    def record(self, update: dict[str, Any]) -> None:
+        """Keep a sent update (camelCase JSON) for session/load's replay; saved now and then."""
+        self.live.stored.append(update)
+        if time.monotonic() - self._last_save > _SAVE_INTERVAL_S:
+            self.save()
 
     def _message_id(self, kind: str) -> str:
         # A new messageId whenever the kind of stream changes (text / thought / after a tool),
