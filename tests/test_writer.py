@@ -89,3 +89,63 @@ def test_finish_writes_the_terminal_event_last() -> None:
     run.refresh_from_db()
     assert [t for t, _ in rows(run)] == ["token.delta", "done"]
     assert run.status == "completed" and run.finished_at is not None
+
+
+def test_runs_flushing_together_share_a_transaction_and_keep_their_own_seqs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from runs import writer as writer_module
+
+    runs = [factories.RunFactory(status="running") for _ in range(5)]
+    groups: list[int] = []
+    real = writer_module._append_group
+
+    def spy(items: list[tuple[int, list[NewEvent]]]) -> list[Any]:
+        groups.append(len(items))
+        return real(items)
+
+    monkeypatch.setattr(writer_module, "_append_group", spy)
+
+    async def scenario() -> None:
+        writers = [JournalWriter(run.pk, window_ms=10_000) for run in runs]
+        for round_ in range(3):
+            for index, writer in enumerate(writers):
+                writer.add([delta(f"{index}.{round_} ")])
+            await asyncio.gather(*(writer.flush() for writer in writers))
+
+    asyncio.run(scenario())
+    for index, run in enumerate(runs):
+        got = list(JournalEvent.objects.filter(run=run).order_by("seq").values_list("seq", "payload"))
+        assert [seq for seq, _ in got] == [1, 2, 3]
+        assert [p["delta"] for _, p in got] == [f"{index}.{r} " for r in range(3)]
+        run.refresh_from_db()
+        assert run.last_seq == 3
+    assert sum(groups) == 15
+    assert max(groups) > 1  # flushes that met in the loop went in together
+
+
+def test_a_run_that_ended_refuses_its_batch_alone_in_a_group() -> None:
+    from runs.journal import AlreadyTerminal
+    from runs.writer import _append_group
+
+    live, ended, other = (factories.RunFactory(status=s) for s in ("running", "completed", "running"))
+    bad_batch = [NewEvent("done", {"state": "completed"}), delta("after the end")]  # done not last
+
+    results = _append_group(
+        [
+            (live.pk, [delta("a")]),
+            (ended.pk, [delta("b")]),
+            (other.pk, [delta("c")]),
+            (live.pk + 10**6, [delta("d")]),
+        ]
+    )
+    assert isinstance(results[1], AlreadyTerminal)
+    assert isinstance(results[3], type(live).DoesNotExist)
+    assert [r[0][0].payload["delta"] for r in (results[0], results[2])] == ["a", "c"]  # type: ignore[index]
+
+    # A failure of any other kind rolls the group back; each batch is then tried alone.
+    results = _append_group([(live.pk, [delta("e")]), (other.pk, bad_batch)])
+    assert isinstance(results[1], ValueError)
+    assert rows(live) == [("token.delta", {"message_id": "m1", "delta": d}) for d in ("a", "e")]
+    assert rows(other) == [("token.delta", {"message_id": "m1", "delta": "c"})]
+    assert not JournalEvent.objects.filter(run=ended).exists()
