@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,6 +42,7 @@ class Outcome:
     cpu: dict[str, float] = field(default_factory=dict)
     rss: dict[str, float] = field(default_factory=dict)
     completed: int = 0
+    ended_early: int = 0
     tokens: int = 0
     seconds: float = 0.0
 
@@ -117,8 +119,9 @@ async def measure(
     while len(snapshots) < runs and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
 
-    # Long enough to stream through the ramp-up, the window and a margin.
-    ramp = 3.0 + runs * 0.05
+    # Long enough to stream through the ramp-up, the window and a margin: a run that ends
+    # inside the window would measure its ending, not streaming (counted: `ended_early`).
+    ramp = 3.0 + runs * 0.25
     chunks = int(TOKENS_PER_SECOND * (ramp + seconds + 3))
     started = time.time()
     run_ids = []
@@ -175,6 +178,11 @@ async def measure(
             break
         await asyncio.sleep(0.5)
     outcome.completed = await sync_to_async(finished)()
+    outcome.ended_early = await sync_to_async(
+        lambda: Run.objects.filter(
+            pk__in=run_ids, finished_at__lt=datetime.fromtimestamp(window["t1"], UTC)
+        ).count()
+    )()
     for client in clients:
         client.close()
 
@@ -277,7 +285,8 @@ def emit(results: dict[int, Outcome], runs: int, json_path: str | None) -> None:
                     note=(
                         f"{many.tokens} tokens sent in the {many.seconds:g}-s window, of "
                         f"{runs * TOKENS_PER_SECOND * many.seconds:.0f} asked for; "
-                        f"{many.completed}/{runs} runs completed; the whole machine was "
+                        f"{many.completed}/{runs} runs completed ({many.ended_early} before the "
+                        "window's end); the whole machine was "
                         f"{many.cpu['machine']:.0f}% busy (all cores)"
                         if which == "lag_commit" and q == 99
                         else ""

@@ -124,6 +124,101 @@ def append_unpublished(
     return rows, session_id
 
 
+GroupResult = tuple[list[JournalEvent], int] | JournalError | Run.DoesNotExist
+
+
+def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) -> list[GroupResult]:
+    """append_unpublished for the batches of several runs, in the caller's transaction.
+
+    Per item, (rows, session id), or the refusal of a run that ended or does not exist
+    (nothing is written for it; the others go on). No run updates, and no terminal event:
+    those take append_unpublished. On PostgreSQL the whole group is two statements (seqs
+    for every run in one UPDATE, every row in one INSERT), so a group of a hundred runs
+    costs about what one run's append does; SQLite has no round trips to save and appends
+    run by run.
+    """
+    runs = [run_id for run_id, _ in items]
+    if len(set(runs)) != len(runs):
+        raise ValueError("a group holds at most one batch per run")
+    for _, events in items:
+        if not events or any(event.terminal for event in events):
+            raise ValueError("a group batch is non-empty and has no terminal event")
+    if connection.vendor != "postgresql":
+        return [_append_or_refusal(run_id, events) for run_id, events in items]
+    ended = ", ".join(["%s"] * len(TERMINAL_STATES))
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
+        # Ordered by id, so concurrent groups lock runs in the same order.
+        order = sorted(range(len(items)), key=lambda i: runs[i])
+        cursor.execute(
+            _sql(
+                "UPDATE {run} SET {last_seq} = {run}.{last_seq} + u.n "
+                "FROM unnest(%s::bigint[], %s::integer[]) AS u(id, n) "
+                f"WHERE {{run}}.{{id}} = u.id AND {{run}}.{{status}} NOT IN ({ended}) "
+                "RETURNING {run}.{id}, {run}.{session_id}, {run}.{last_seq}"
+            ),
+            [[runs[i] for i in order], [len(items[i][1]) for i in order], *sorted(TERMINAL_STATES)],
+        )
+        taken = {pk: (session_id, last_seq) for pk, session_id, last_seq in cursor.fetchall()}
+        missing = [run_id for run_id in runs if run_id not in taken]
+        found: dict[int, str] = {}
+        if missing:
+            cursor.execute(_sql("SELECT {id}, {status} FROM {run} WHERE {id} = ANY(%s)"), [missing])
+            found = dict(cursor.fetchall())
+        now = timezone.now()
+        planned: list[tuple[int, int, str, bool, Any]] = []  # run id, seq, type, terminal, payload
+        for run_id, events in items:
+            if run_id in taken:
+                first = taken[run_id][1] - len(events) + 1
+                planned += [
+                    (run_id, first + offset, event.type, event.terminal, redact(event.payload))
+                    for offset, event in enumerate(events)
+                ]
+        ids: dict[tuple[int, int], int] = {}
+        if planned:
+            cursor.execute(
+                _sql(
+                    "INSERT INTO {event} ({run_id}, {seq}, {type}, {created_at}, {terminal}, {payload}) "
+                    "SELECT u.run_id, u.seq, u.type, %s, u.terminal, u.payload::jsonb "
+                    "FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::boolean[], %s::text[]) "
+                    "AS u(run_id, seq, type, terminal, payload) RETURNING {id}, {run_id}, {seq}"
+                ),
+                [
+                    connection.ops.adapt_datetimefield_value(now),
+                    [row[0] for row in planned],
+                    [row[1] for row in planned],
+                    [row[2] for row in planned],
+                    [row[3] for row in planned],
+                    [_dump_json(row[4]) for row in planned],
+                ],
+            )
+            ids = {(run_id, seq): pk for pk, run_id, seq in cursor.fetchall()}
+    alias = connection.alias
+    saved: dict[int, list[JournalEvent]] = {run_id: [] for run_id in taken}
+    for run_id, seq, type_, terminal, payload in planned:
+        saved[run_id].append(
+            _saved_event(alias, ids[(run_id, seq)], run_id, seq, type_, now, terminal, payload)
+        )
+    results: list[GroupResult] = []
+    for run_id in runs:
+        if run_id in taken:
+            results.append((saved[run_id], taken[run_id][0]))
+        elif run_id in found:
+            results.append(AlreadyTerminal(f"run {run_id} already ended ({found[run_id]})"))
+        else:
+            results.append(Run.DoesNotExist(f"Run {run_id} does not exist."))
+    return results
+
+
+def _append_or_refusal(run_id: int, events: Sequence[NewEvent]) -> GroupResult:
+    try:
+        return append_unpublished(run_id, events)
+    except (AlreadyTerminal, Run.DoesNotExist) as exc:
+        # Refused by a plain read before anything was written: the transaction is sound,
+        # only atomic(savepoint=False) marked it for rollback on the way out.
+        transaction.set_rollback(False)
+        return exc
+
+
 def _sql(template: str) -> str:
     return _format_sql(connection.vendor, template)
 

@@ -102,14 +102,21 @@ _known_clean: set[str] = set()
 
 
 # Under IGNORECASE an ASCII letter also matches four non-ASCII ones (the `re` documentation:
-# İ, ı, ſ and the Kelvin sign K); folding those to the letter they match, then lower-casing,
-# keeps every such match visible to the triggers. Lower-casing works per character, so a
-# matched run of characters stays one run.
-_FOLD_TO_ASCII = str.maketrans({"İ": "i", "ı": "i", "ſ": "s", "K": "k"})
+# U+0130 and U+0131, dotted and dotless i; U+017F, long s; U+212A, the Kelvin sign). Folding
+# those to the letter they match keeps every such match visible to the triggers.
+_FOLD_TO_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
 
 
 def _fold(text: str) -> str:
-    return text.lower() if text.isascii() else text.translate(_FOLD_TO_ASCII).lower()
+    """What the IGNORECASE triggers search: lower-case ASCII in which every match shows."""
+    if text.isascii():
+        return text.lower()
+    if any(char in text for char in "\u0130\u0131\u017f\u212a"):
+        text = text.translate(_FOLD_TO_ASCII)
+    # Only ASCII letters spell an ASCII keyword, so dropping every other character keeps each
+    # such run whole (joining runs only costs a needless pass). Unicode lower() and a regex
+    # scan each cost ~8 µs per KiB of streamed text; this, ~2.
+    return text.encode("ascii", "ignore").decode("ascii").lower()
 
 
 def _redact_text(text: str) -> str:

@@ -35,7 +35,7 @@ from django.db import transaction
 
 from runs import journal, notify, services
 from runs.journal import NewEvent
-from runs.models import EventType, JournalEvent, Run
+from runs.models import EventType, JournalEvent
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class JournalWriter:
             batch = self._take() + list(extra)
             if not batch:
                 return []
-            if also is None and not run_updates:
+            if also is None and not run_updates and not any(event.terminal for event in batch):
                 rows, session_id, committed = await group_commit().append(self.run_id, batch)
             else:
                 append = sync_to_async(_append, thread_sensitive=False, executor=_db_threads)
@@ -224,8 +224,9 @@ class GroupCommit:
     While one group is in the database the next collects, so nothing waits when the
     runner is quiet and, under load, the commits per second stay near the number a
     database thread can do in a row, whatever the number of runs (bench/README.md,
-    concurrency). A run never has two batches in one group: its writer's lock lets one
-    flush at a time through.
+    concurrency). The group's notifications go out together too (notify.apublish_many)
+    before any of its flushes returns. A run never has two batches in one group: its
+    writer's lock lets one flush at a time through.
     """
 
     def __init__(self) -> None:
@@ -254,13 +255,22 @@ class GroupCommit:
                     if not isinstance(exc, Exception):
                         raise
                     continue
+                # Published here, together, before any flush returns: a run's next flush
+                # waits for its writer's lock, so its notifications keep journal order.
+                await notify.apublish_many(
+                    [
+                        (result[1], run_id, journal.envelopes(result[0], result[1]))
+                        for (run_id, _, _), result in zip(group, results, strict=True)
+                        if not isinstance(result, BaseException) and result[2] and result[0]
+                    ]
+                )
                 for (_, _, future), result in zip(group, results, strict=True):
                     if future.done():
                         continue  # its flush was cancelled; the rows are written all the same
                     if isinstance(result, BaseException):
                         future.set_exception(result)
                     else:
-                        future.set_result(result)
+                        future.set_result((result[0], result[1], False))  # nothing left to publish
         finally:
             self._writing = False
 
@@ -279,32 +289,19 @@ def group_commit() -> GroupCommit:
 def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult | Exception]:
     """Append each (run id, events) in one transaction; per item its result or its refusal.
 
-    A run that ended or vanished refuses its batch alone (`AlreadyTerminal`,
-    `DoesNotExist`: nothing was written for it). Any other failure rolls the group
-    back, and each batch is then written in a transaction of its own, so one bad
-    batch cannot cost the others theirs.
+    A run that ended or vanished refuses its batch alone (journal.append_group_unpublished).
+    Any other failure rolls the group back, and each batch is then written in a
+    transaction of its own, so one bad batch cannot cost the others theirs.
     """
     if len(items) == 1 or transaction.get_connection().in_atomic_block:
         return [_append_alone(run_id, batch) for run_id, batch in items]
-    results: dict[int, AppendResult | Exception] = {}
     try:
         with transaction.atomic():
-            # Run rows are locked in id order, the same in every group.
-            for index in sorted(range(len(items)), key=lambda i: items[i][0]):
-                run_id, batch = items[index]
-                try:
-                    rows, session_id = journal.append_unpublished(run_id, batch)
-                except (journal.AlreadyTerminal, Run.DoesNotExist) as exc:
-                    # Raised before anything was written for this run, by a plain read: the
-                    # transaction is sound, only Django's atomic() marked it for rollback.
-                    transaction.set_rollback(False)
-                    results[index] = exc
-                else:
-                    results[index] = (rows, session_id, True)
+            results = journal.append_group_unpublished(items)
     except Exception:
         log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
         return [_append_alone(run_id, batch) for run_id, batch in items]
-    return [results[index] for index in range(len(items))]
+    return [result if isinstance(result, Exception) else (*result, True) for result in results]
 
 
 def _append_alone(run_id: int, batch: list[NewEvent]) -> AppendResult | Exception:
