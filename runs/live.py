@@ -43,6 +43,8 @@ MAX_MESSAGE_CHARS = 64 * 1024
 MAX_CURSORS = 1000
 # A subscriber this far behind its feed stops queueing and re-reads the database instead.
 SUBSCRIBER_BACKLOG_MAX = 2000
+# Likewise a feed this far behind the journal notifications it was handed.
+INBOX_MAX = 2000
 # Events that may change the session snapshot (active run status, title).
 STATE_EVENTS = frozenset({EventType.RUN_STARTED, EventType.STATUS, EventType.DONE, EventType.TITLE_UPDATED})
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATUSES)
@@ -384,6 +386,8 @@ class SessionFeed:
         self.channel: str | None = None
         self.crosses_processes = bool(settings.REDIS_URL)
         self.started = False
+        # The runner's notifications for this session, from the hub's one journal channel.
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
@@ -404,6 +408,7 @@ class SessionFeed:
         self.started = True
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._wake_loop()))
+        self._tasks.append(loop.create_task(self._inbox_loop()))
         if self.channel is not None:
             self._tasks.append(loop.create_task(self._listen_loop()))
 
@@ -436,6 +441,21 @@ class SessionFeed:
             except Exception:
                 log.exception("session %s: live check failed", self.session_id)
                 await asyncio.sleep(1.0)
+
+    def post(self, message: dict[str, Any]) -> None:
+        """A journal notification from the hub; queued until this feed's start has read the database."""
+        if self.inbox.qsize() >= INBOX_MAX:
+            self.wake.set()  # far behind: the check reads what the dropped ones announced
+            return
+        self.inbox.put_nowait(message)
+
+    async def _inbox_loop(self) -> None:
+        while True:
+            message = await self.inbox.get()
+            try:
+                await self.on_message(message)
+            except Exception:
+                log.exception("session %s: cannot handle a journal notification", self.session_id)
 
     async def _listen_loop(self) -> None:
         assert self.layer is not None and self.channel is not None
@@ -552,16 +572,59 @@ class LiveHub:
         self.feeds: dict[int, SessionFeed] = {}
         self._starting: dict[SessionFeed, asyncio.Future[None]] = {}
         self._poller: asyncio.Task[None] | None = None
+        self._journal: asyncio.Task[None] | None = None
+        self._journal_joined: asyncio.Future[None] | None = None
 
     def join(self, session_id: int, subscriber: Subscription) -> SessionFeed:
+        if self._journal is None or self._journal.done():
+            self._journal_joined = asyncio.get_running_loop().create_future()
+            self._journal = asyncio.ensure_future(self._journal_loop(self._journal_joined))
         feed = self.feeds.get(session_id)
         if feed is None:
             feed = self.feeds[session_id] = SessionFeed(session_id)
-            self._starting[feed] = asyncio.ensure_future(feed.start())
+            self._starting[feed] = asyncio.ensure_future(self._start(feed, self._journal_joined))
         feed.subscribers.add(subscriber)
         if self._poller is None or self._poller.done():
             self._poller = asyncio.ensure_future(self._poll_loop())
         return feed
+
+    @staticmethod
+    async def _start(feed: SessionFeed, journal_joined: asyncio.Future[None] | None) -> None:
+        # Joined before the feed reads the database: whatever commits after that read reaches it.
+        if journal_joined is not None:
+            await asyncio.shield(journal_joined)
+        await feed.start()
+
+    async def _journal_loop(self, joined: asyncio.Future[None]) -> None:
+        """The runners' journal notifications, one channel for every feed of this process.
+
+        A runner publishes each group commit as one message (notify.JOURNAL_GROUP): with a
+        channel per session, a hundred streaming runs were thousands of Redis messages a
+        second for the web process to parse (bench/README.md, concurrency).
+        """
+        layer = get_channel_layer()
+        channel = None
+        try:
+            if layer is not None:
+                channel = await layer.new_channel()
+                await layer.group_add(notify.JOURNAL_GROUP, channel)
+        except Exception:
+            log.warning("channel layer unavailable: feeds poll the journal", exc_info=True)
+            channel = None
+        finally:
+            joined.set_result(None)
+        if layer is None or channel is None:
+            return
+        try:
+            while True:
+                message = await layer.receive(channel)
+                for item in message.get("runs") or ():
+                    feed = self.feeds.get(int(item["session_id"]))
+                    if feed is not None:
+                        feed.post(item)
+        finally:
+            with contextlib.suppress(Exception):
+                await layer.group_discard(notify.JOURNAL_GROUP, channel)
 
     def _started_feeds(self) -> list[SessionFeed]:
         return [feed for feed in self.feeds.values() if feed.started]
@@ -606,6 +669,11 @@ class LiveHub:
             with contextlib.suppress(Exception):
                 await starting
             await feed.stop()
+        if not self.feeds and self._journal is not None:
+            journal, self._journal = self._journal, None
+            journal.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await journal
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub] = weakref.WeakKeyDictionary()

@@ -20,6 +20,8 @@ from django.conf import settings
 log = logging.getLogger(__name__)
 
 RUNNERS_GROUP = "runners"
+# Runners' journal notifications for every session (apublish_many); web processes listen once.
+JOURNAL_GROUP = "journal"
 # Events ride along in the notification while small, so N sockets of one web
 # process do not each query the database; larger batches send only the cursor.
 INLINE_EVENTS_MAX = 200
@@ -142,54 +144,16 @@ async def apublish_events(session_id: int, run_id: int, envelopes: list[dict[str
 
 
 async def apublish_many(batches: list[tuple[int, int, list[dict[str, Any]]]]) -> None:
-    """Several runs' notifications (session id, run id, envelopes), in this order.
+    """Several runs' notifications (session id, run id, envelopes) as one message.
 
-    With channels_redis' pub/sub layer, in one pipelined round trip per shard: the layer's
-    `group_send` waits for one PUBLISH at a time under a lock per shard, and a runner
-    holding a hundred runs publishes thousands of times a second (bench/README.md,
-    concurrency). Any other layer gets one group_send each.
+    To JOURNAL_GROUP, which each web process listens to once (runs.live.LiveHub): a runner
+    holding a hundred runs commits them in groups, and one message per group instead of
+    one per run per flush spares both sides thousands of Redis round trips and parses a
+    second (bench/README.md, concurrency).
     """
-    layer = get_channel_layer()
-    if layer is None or not batches:
-        return
-    messages = [(session_group(s), run_events_message(s, r, e)) for s, r, e in batches]
-    try:
-        if await _publish_pipelined(layer, messages):
-            return
-    except Exception:
-        # At least once: some of these may go out twice now, and consumers drop repeats.
-        log.warning("pipelined publish of %d notifications failed", len(messages), exc_info=True)
-    for group, message in messages:
-        await _asend(group, message)
-
-
-async def _publish_pipelined(layer: Any, messages: list[tuple[str, dict[str, Any]]]) -> bool:
-    """PUBLISH through channels_redis' pub/sub shards in pipelines; False if the layer is not one.
-
-    Uses that layer's internals (its per-loop layer, shards and their lock), checked
-    before anything is sent.
-    """
-    get_layer = getattr(layer, "_get_layer", None)
-    if get_layer is None or not hasattr(layer, "serialize"):
-        return False
-    loop_layer = get_layer()
-    if not (hasattr(loop_layer, "_get_group_channel_name") and hasattr(loop_layer, "_get_shard")):
-        return False
-    shards: dict[int, tuple[Any, list[tuple[str, bytes]]]] = {}
-    for group, message in messages:
-        channel = loop_layer._get_group_channel_name(group)
-        shard = loop_layer._get_shard(channel)
-        if not (hasattr(shard, "_lock") and hasattr(shard, "_ensure_redis")):
-            return False
-        shards.setdefault(id(shard), (shard, []))[1].append((channel, layer.serialize(message)))
-    for shard, items in shards.values():
-        async with shard._lock:
-            shard._ensure_redis()
-            pipe = shard._redis.pipeline(transaction=False)
-            for channel, data in items:
-                pipe.publish(channel, data)
-            await pipe.execute()
-    return True
+    if batches:
+        runs = [run_events_message(s, r, e) for s, r, e in batches]
+        await _asend(JOURNAL_GROUP, {"type": "journal.events", "runs": runs})
 
 
 def publish_session_changed(session_id: int) -> None:
