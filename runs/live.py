@@ -512,7 +512,7 @@ class SessionFeed:
             self.newest = max(self.newest, run_id)
         fresh = [envelope for envelope in inline if envelope["seq"] > high]
         if fresh and fresh[0]["seq"] == high + 1:
-            self._broadcast_events(run_id, fresh)
+            await self._broadcast_events(run_id, fresh)
             high = fresh[-1]["seq"]
         target = max(last_seq, fresh[-1]["seq"] if fresh else 0)
         while high < target:
@@ -525,7 +525,7 @@ class SessionFeed:
                 break
             if not page.rows:
                 break
-            self._broadcast(("events", run_id, event_frames(page)))
+            await self._fan_out(run_id, event_frames(page))
             high = page.rows[-1][0]
         self.heads[run_id] = high
 
@@ -540,10 +540,20 @@ class SessionFeed:
             self.snapshot_frame = frame
             self._broadcast(("session", self.generation, frame))
 
-    def _broadcast_events(self, run_id: int, envelopes: list[dict[str, Any]]) -> None:
+    async def _broadcast_events(self, run_id: int, envelopes: list[dict[str, Any]]) -> None:
         # Encoded once for all the sockets of this process.
-        batch = [(e["seq"], bool(e["terminal"]), event_frame(e)) for e in envelopes]
-        self._broadcast(("events", run_id, batch))
+        await self._fan_out(run_id, [(e["seq"], bool(e["terminal"]), event_frame(e)) for e in envelopes])
+
+    async def _fan_out(self, run_id: int, batch: list[Frame]) -> None:
+        """Send to each idle, caught-up socket now; queue for the others.
+
+        Sending on a socket never waits (daphne buffers it), so this costs the feed no more
+        than the sends themselves, and spares each socket a wake-up of its task per
+        notification (bench/README.md, fan-out).
+        """
+        for subscriber in tuple(self.subscribers):
+            if not await subscriber.offer(run_id, batch):
+                subscriber.push(("events", run_id, batch))
 
     def _broadcast(self, item: Item) -> None:
         for subscriber in tuple(self.subscribers):
@@ -708,6 +718,7 @@ class Subscription:
         self.snapshot_frame: str | None = None
         self.backlog: deque[Item] = deque()
         self.overflowed = False
+        self._idle = False  # caught up, nothing queued, waiting for the feed
         self._ready = asyncio.Event()
         self.hub: LiveHub | None = None
         self.feed: SessionFeed | None = None
@@ -747,7 +758,11 @@ class Subscription:
             self.sent[run_id] = plan.cursors[run_id]
             await self.catch_up(run_id)
         while True:
-            await self._ready.wait()
+            self._idle = True
+            try:
+                await self._ready.wait()
+            finally:
+                self._idle = False
             self._ready.clear()
             if self.overflowed:
                 self.overflowed = False
@@ -772,6 +787,31 @@ class Subscription:
                 return False  # neither asked for nor new
             self.followed.add(run_id)
             self.sent[run_id] = 0
+        return True
+
+    async def offer(self, run_id: int, batch: list[Frame]) -> bool:
+        """Take a batch from the feed directly if this socket is idle and the batch follows on.
+
+        False: it is not (busy, something queued, or a gap to read first); push() it instead.
+        """
+        if not self._idle or self.backlog or self.overflowed:
+            return False
+        if not self._follows(run_id):
+            return True  # not a run this socket shows
+        sent = self.sent[run_id]
+        ready: list[Frame] = []
+        for frame in batch:
+            if frame[0] <= sent + len(ready):
+                continue
+            if frame[0] != sent + len(ready) + 1:
+                return False  # a gap: the subscription's task reads it from the database
+            ready.append(frame)
+            if frame[1]:
+                break
+        try:
+            await self._send_frames(run_id, ready)
+        except Exception:
+            return False  # its own task meets the same error, and sent[] says what went out
         return True
 
     async def deliver(self, run_id: int, batch: list[Frame]) -> None:

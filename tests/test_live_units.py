@@ -237,3 +237,23 @@ def test_one_batched_poll_reads_what_each_session_alone_would(
     assert busy_marker is not None
     assert busy_marker[-1] == (active.pk, RunStatus.RUNNING)
     assert busy_marker[-2] == 1  # one open intent
+
+
+def test_an_idle_caught_up_socket_takes_frames_directly_and_any_other_is_queued() -> None:
+    send = Recorder()
+    sub = live.Subscription(1, {}, send)
+    sub.followed, sub.sent = {7}, {7: 2}
+
+    async def scenario() -> list[bool]:
+        taken = [await sub.offer(7, batch(7, 1, range(3, 5)))]  # busy (not yet waiting): refused
+        sub._idle = True
+        taken.append(await sub.offer(7, batch(7, 1, range(3, 5))))  # follows on: sent now
+        taken.append(await sub.offer(7, batch(7, 1, range(4, 6))))  # overlap: only 5 goes out
+        taken.append(await sub.offer(7, batch(7, 1, range(8, 9))))  # a gap: for the task to read
+        sub.push(("events", 7, batch(7, 1, range(9, 10))))
+        taken.append(await sub.offer(7, batch(7, 1, range(6, 7))))  # something queued: keep order
+        return taken
+
+    assert async_to_sync(scenario)() == [False, True, True, False, False]
+    assert send.seqs(7) == [3, 4, 5]
+    assert send.wire == ["events", "event"]  # a batch in one frame, one event alone
