@@ -1,9 +1,9 @@
 """The ceiling for bench/fanout.py: a raw `websockets` broadcast server on the same doorbell.
 
 It listens to the same Redis pubsub notifications the runner publishes (the
-channel layer hermesweb's settings configure), encodes each event once and hands
-it to `websockets.broadcast` for every socket of the session: no Django, no ASGI,
-no per-socket task, no authentication. Nothing in one Python process delivers a
+channel layer hermesweb's settings configure: the journal group and the session's),
+encodes each event once and hands it to `websockets.broadcast` for every socket of the
+session: no Django, no ASGI, no per-socket task, no authentication. Nothing in one Python process delivers a
 journal event to N sockets for less.
 
 usage: python -m bench.raw_server PORT   (REDIS_URL, HERMESWEB_REDIS_PREFIX from the environment)
@@ -28,6 +28,8 @@ async def main(port: int) -> None:
         hosts=[os.environ["REDIS_URL"]], prefix=os.environ.get("HERMESWEB_REDIS_PREFIX", "hermesweb")
     )
     channel = await layer.new_channel()
+    # Runners publish to the journal group, one message per group commit (runs.notify).
+    await layer.group_add("journal", channel)
     sockets: dict[int, set[ServerConnection]] = defaultdict(set)
 
     async def handler(ws: ServerConnection) -> None:
@@ -44,13 +46,18 @@ async def main(port: int) -> None:
     async def pump() -> None:
         while True:
             message: dict[str, Any] = await layer.receive(channel)
-            if message.get("type") != "run.events":
+            if message.get("type") == "journal.events":
+                items = message.get("runs") or []
+            elif message.get("type") == "run.events":
+                items = [message]
+            else:
                 continue
-            targets = sockets.get(int(message["session_id"]))
-            if not targets:
-                continue
-            for envelope in message.get("events") or []:
-                broadcast(targets, orjson.dumps({"type": "event", "event": envelope}).decode())
+            for item in items:
+                targets = sockets.get(int(item["session_id"]))
+                if not targets:
+                    continue
+                for envelope in item.get("events") or []:
+                    broadcast(targets, orjson.dumps({"type": "event", "event": envelope}).decode())
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
