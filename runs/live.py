@@ -627,7 +627,13 @@ class LiveHub:
             return
         try:
             while True:
-                message = await layer.receive(channel)
+                try:
+                    message = await layer.receive(channel)
+                except Exception:
+                    # The safety poll covers the gap; the layer reconnects on the next receive.
+                    log.warning("journal channel: receive failed", exc_info=True)
+                    await asyncio.sleep(1.0)
+                    continue
                 for item in message.get("runs") or ():
                     feed = self.feeds.get(int(item["session_id"]))
                     if feed is not None:

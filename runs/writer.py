@@ -7,8 +7,8 @@ in one transaction, so the journal order is exactly the arrival order.
 
 Plain flushes of all the runs of a process are written together (`GroupCommit`):
 one transaction holds whatever the runs handed over while the previous one was in
-flight, so a runner commits a few hundred times a second however many runs it holds,
-not once per run per window. A flush that records a control (`also`, run updates)
+flight, so a runner commits once per group however many runs it holds, not once per
+run per window. A flush that records a control (`also`, run updates)
 keeps a transaction of its own.
 
 The window throttles rather than delays: a delta arriving when nothing was
@@ -232,13 +232,14 @@ class GroupCommit:
     def __init__(self) -> None:
         self._waiting: list[tuple[int, list[NewEvent], asyncio.Future[AppendResult]]] = []
         self._writing = False
+        self._task: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
 
     async def append(self, run_id: int, batch: list[NewEvent]) -> AppendResult:
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         self._waiting.append((run_id, batch, future))
         if not self._writing:
             self._writing = True
-            asyncio.get_running_loop().create_task(self._write())
+            self._task = asyncio.get_running_loop().create_task(self._write())
         return await future
 
     async def _write(self) -> None:
