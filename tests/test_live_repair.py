@@ -73,3 +73,25 @@ def test_session_changes_arrive_when_no_notification_ever_comes(live: LiveStack)
     Session.objects.filter(pk=session.pk).update(title="Renamed quietly")
     snapshot = socket.until(lambda f: f["type"] == "session" and f["session"]["title"] == "Renamed quietly")
     assert snapshot[-1]["session"]["intents"][0]["text"] == "then lint"
+
+
+def test_a_runners_group_commit_reaches_every_session_it_names(live: LiveStack) -> None:
+    # Runners publish one journal-group message per group commit; with no safety poll to speak
+    # of, only that message can bring these events to the two sockets.
+    import asyncio
+
+    from runs.writer import JournalWriter
+
+    live.start_daphne(HERMESWEB_LIVE_SAFETY_POLL_SECONDS="3600")
+    watched = [watch(live) for _ in range(2)]
+
+    async def write() -> None:
+        writers = [JournalWriter(run.pk, window_ms=10_000) for _, run, _ in watched]
+        for writer in writers:
+            writer.add(deltas(1, 3))
+        await asyncio.gather(*(writer.flush() for writer in writers))
+
+    asyncio.run(write())
+    for _, run, socket in watched:
+        events = socket.events_until(run.pk, lambda e: e["seq"] == 1)
+        assert [e["payload"]["delta"] for e in events] == ["1 2 3 "]  # one coalesced row
