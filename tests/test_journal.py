@@ -323,21 +323,26 @@ def test_secrets_never_reach_the_journal() -> None:
     assert tool["arguments"]["env"]["API_KEY"] == REDACTED
 
 
-@pytest.mark.parametrize(
-    "secret",
-    [
-        "Authorization: Bearer abcdefghijklmnop1234",
-        "export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx",
-        "password=hunter2hunter2",
-        'DB_PASSWORD: "s3cr3t-value"',
-        "postgres://app:s3cretpass@db.internal/app",
-        "AKIAABCDEFGHIJKLMNOP",
-        "hf_abcdefghijklmnopqrstuvwxyz",
-        "xoxb-1234567890-abcdefghij",
-        "github_pat_abcdefghijklmnopqrstuvwxyz",
-        "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----",
-    ],
-)
+SECRET_SAMPLES = [
+    "Authorization: Bearer abcdefghijklmnop1234",
+    "export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx",
+    "password=hunter2hunter2",
+    'DB_PASSWORD: "s3cr3t-value"',
+    "postgres://app:s3cretpass@db.internal/app",
+    "AKIAABCDEFGHIJKLMNOP",
+    "hf_abcdefghijklmnopqrstuvwxyz",
+    "xoxb-1234567890-abcdefghij",
+    "github_pat_abcdefghijklmnopqrstuvwxyz",
+    "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----",
+    # IGNORECASE also matches four non-ASCII letters: long s, the Kelvin sign, dotted and dotless i.
+    "pa\u017f\u017fword=hunter2hunter2",
+    "to\u212aen: abcdefgh12345678",
+    "BA\u017f\u0130C abcdefghijklmnop",
+    "pr\u0131vate_key=abcdefgh12345678",
+]
+
+
+@pytest.mark.parametrize("secret", SECRET_SAMPLES)
 def test_redaction_masks_secret_shapes_inside_text(secret: str) -> None:
     masked = redact({"output": f"before {secret} after"})["output"]
     assert REDACTED in masked
@@ -361,25 +366,6 @@ def test_redaction_masks_values_under_secret_keys_and_keeps_usage() -> None:
         "max_tokens": 100,
         "items": [{"password": REDACTED}],
     }
-
-
-SECRET_SAMPLES = [
-    "Authorization: Bearer abcdefghijklmnop1234",
-    "export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstuvwx",
-    "password=hunter2hunter2",
-    'DB_PASSWORD: "s3cr3t-value"',
-    "postgres://app:s3cretpass@db.internal/app",
-    "AKIAABCDEFGHIJKLMNOP",
-    "hf_abcdefghijklmnopqrstuvwxyz",
-    "xoxb-1234567890-abcdefghij",
-    "github_pat_abcdefghijklmnopqrstuvwxyz",
-    "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----",
-    # IGNORECASE also matches four non-ASCII letters: long s, the Kelvin sign, dotted and dotless i.
-    "pa\u017f\u017fword=hunter2hunter2",
-    "to\u212aen: abcdefgh12345678",
-    "BA\u017f\u0130C abcdefghijklmnop",
-    "pr\u0131vate_key=abcdefgh12345678",
-]
 
 
 @pytest.mark.parametrize("secret", SECRET_SAMPLES)
