@@ -14,7 +14,7 @@ from django.test import Client
 
 from tests import factories
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.browser]
 
 
 def embedded(response: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from tests.support.browser import (  # noqa: F401 - fixtures
     workbench,
 )
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
 
 @pytest.fixture

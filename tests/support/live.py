@@ -36,7 +36,12 @@ def session_cookie(user: Any) -> str:
     return client.cookies["sessionid"].value
 
 
-@pytest.fixture(params=["embedded", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(
+    params=[
+        pytest.param("embedded", marks=pytest.mark.embedded),
+        pytest.param("redis", marks=pytest.mark.redis),
+    ]
+)
 def layer(request: pytest.FixtureRequest, settings: Any) -> str:
     """Configure this process's channel layer like the subprocesses' (see LiveStack.env)."""
     if request.param == "redis":
