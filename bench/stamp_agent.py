@@ -71,6 +71,7 @@ class Ticker:
         # The SDK's connection → transport → sender → the stdout StreamWriter (acp 0.x internals).
         stdout: asyncio.StreamWriter = any_turn.conn._conn._transport._sender._writer  # type: ignore[attr-defined]
         loop = asyncio.get_running_loop()
+        delay = float(os.environ.get("HERMESWEB_DEMO_DELAY", "0.02"))
         tick = loop.time()
         while self.streams:
             lines = []
@@ -94,7 +95,7 @@ class Ticker:
                     self._end(entry, None)
             if lines:
                 stdout.write(b"\n".join(lines) + b"\n")
-            tick += float(os.environ.get("HERMESWEB_DEMO_DELAY", "0.02"))
+            tick += delay
             await asyncio.sleep(max(0.0, tick - loop.time()))
 
     def _end(self, entry: Stream, error: BaseException | None) -> None:

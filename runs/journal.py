@@ -103,9 +103,8 @@ def append_unpublished(
         terminal = events[-1] if events[-1].terminal else None
         now = timezone.now()
         rows = _insert(
-            run_id,
             [
-                (last_seq + offset, event.type, event.terminal, redact(event.payload))
+                (run_id, last_seq + offset, event.type, event.terminal, redact(event.payload))
                 for offset, event in enumerate(events, start=1)
             ],
             now,
@@ -173,31 +172,9 @@ def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) ->
                     (run_id, first + offset, event.type, event.terminal, redact(event.payload))
                     for offset, event in enumerate(events)
                 ]
-        ids: dict[tuple[int, int], int] = {}
-        if planned:
-            cursor.execute(
-                _sql(
-                    "INSERT INTO {event} ({run_id}, {seq}, {type}, {created_at}, {terminal}, {payload}) "
-                    "SELECT u.run_id, u.seq, u.type, %s, u.terminal, u.payload::jsonb "
-                    "FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::boolean[], %s::text[]) "
-                    "AS u(run_id, seq, type, terminal, payload) RETURNING {id}, {run_id}, {seq}"
-                ),
-                [
-                    connection.ops.adapt_datetimefield_value(now),
-                    [row[0] for row in planned],
-                    [row[1] for row in planned],
-                    [row[2] for row in planned],
-                    [row[3] for row in planned],
-                    [_dump_json(row[4]) for row in planned],
-                ],
-            )
-            ids = {(run_id, seq): pk for pk, run_id, seq in cursor.fetchall()}
-    alias = connection.alias
-    saved: dict[int, list[JournalEvent]] = {run_id: [] for run_id in taken}
-    for run_id, seq, type_, terminal, payload in planned:
-        saved[run_id].append(
-            _saved_event(alias, ids[(run_id, seq)], run_id, seq, type_, now, terminal, payload)
-        )
+        saved: dict[int, list[JournalEvent]] = {run_id: [] for run_id in taken}
+        for row in _insert(planned, now) if planned else []:
+            saved[row.run_id].append(row)
     results: list[GroupResult] = []
     for run_id in runs:
         if run_id in taken:
@@ -271,60 +248,53 @@ ROWS_PER_INSERT = 500
 _COLUMNS = ("run_id", "seq", "type", "created_at", "terminal", "payload")
 
 
-def _insert(run_id: int, rows: list[tuple[int, str, bool, dict[str, Any]]], now: Any) -> list[JournalEvent]:
-    """Insert (seq, type, terminal, payload) rows; returns them as saved models.
+def _insert(rows: list[tuple[int, int, str, bool, Any]], now: Any) -> list[JournalEvent]:
+    """Insert (run id, seq, type, terminal, payload) rows; returns them as saved models.
 
     bulk_create spent most of an append in per-field ORM preparation and
     JSONField's json.dumps. These rows are uniform, so the statement is fixed and
     values go to the driver as they are: on PostgreSQL as one array per column
     (`unnest`: a short statement whatever the batch size, no per-row literal to
     parse), on SQLite as one multi-row VALUES. Same table, columns and values
-    as bulk_create wrote.
+    as bulk_create wrote. Rows may belong to several runs (a group commit).
     """
     created_at = connection.ops.adapt_datetimefield_value(now)
-    payloads = [_dump_json(payload) for _, _, _, payload in rows]
-    ids: dict[int, int] = {}
+    payloads = [_dump_json(row[4]) for row in rows]
+    ids: dict[tuple[int, int], int] = {}
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 _sql(
                     "INSERT INTO {event} ({run_id}, {seq}, {type}, {created_at}, {terminal}, {payload}) "
-                    "SELECT %s, u.seq, u.type, %s, u.terminal, u.payload::jsonb "
-                    "FROM unnest(%s::integer[], %s::text[], %s::boolean[], %s::text[]) "
-                    "AS u(seq, type, terminal, payload) RETURNING {id}, {seq}"
+                    "SELECT u.run_id, u.seq, u.type, %s, u.terminal, u.payload::jsonb "
+                    "FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::boolean[], %s::text[]) "
+                    "AS u(run_id, seq, type, terminal, payload) RETURNING {id}, {run_id}, {seq}"
                 ),
-                [
-                    run_id,
-                    created_at,
-                    [r[0] for r in rows],
-                    [r[1] for r in rows],
-                    [r[2] for r in rows],
-                    payloads,
-                ],
+                [created_at, *([r[i] for r in rows] for i in range(4)), payloads],
             )
-            ids.update((seq, pk) for pk, seq in cursor.fetchall())
+            ids.update(((run_id, seq), pk) for pk, run_id, seq in cursor.fetchall())
         else:
             returning = connection.features.can_return_rows_from_bulk_insert
             for start in range(0, len(rows), ROWS_PER_INSERT):
                 chunk = range(start, min(start + ROWS_PER_INSERT, len(rows)))
                 params: list[Any] = []
                 for i in chunk:
-                    seq, type_, terminal, _ = rows[i]
+                    run_id, seq, type_, terminal, _ = rows[i]
                     params += (run_id, seq, type_, created_at, terminal, payloads[i])
                 sql = _sql(
                     "INSERT INTO {event} ({run_id}, {seq}, {type}, {created_at}, {terminal}, {payload}) "
                 )
                 sql += "VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(chunk))
                 if returning:
-                    # Mapped by seq: SQLite does not promise RETURNING in VALUES order.
-                    cursor.execute(sql + _sql(" RETURNING {id}, {seq}"), params)
-                    ids.update((seq, pk) for pk, seq in cursor.fetchall())
+                    # Mapped by (run, seq): SQLite does not promise RETURNING in VALUES order.
+                    cursor.execute(sql + _sql(" RETURNING {id}, {run_id}, {seq}"), params)
+                    ids.update(((run_id, seq), pk) for pk, run_id, seq in cursor.fetchall())
                 else:
                     cursor.execute(sql, params)
     alias = connection.alias
     return [
-        _saved_event(alias, ids.get(seq), run_id, seq, type_, now, terminal, payload)
-        for seq, type_, terminal, payload in rows
+        _saved_event(alias, ids.get((run_id, seq)), run_id, seq, type_, now, terminal, payload)
+        for run_id, seq, type_, terminal, payload in rows
     ]
 
 
