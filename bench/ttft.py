@@ -8,7 +8,8 @@
 
 Both use the prompt "fast …" (no typing delay) on a session that has already had a turn,
 so neither pays for spawning the agent or session/new. Overhead = hermesweb - baseline, at
-the median and p90 of --turns turns each.
+the median and p90 of --turns turns each. Turns through hermesweb start PAUSE_SECONDS after
+the previous one ended.
 
 usage: python bench/ttft.py [--turns 20] [--quick] [--json FILE]
 """
@@ -31,6 +32,10 @@ from bench import _support as S
 
 PROMPT = "fast what is in this project"
 TARGET_MS = 5.0
+# Between one turn's end and the next submit: a person reads the answer before typing again.
+# Back to back, the last turn's tail (the agent saving its session, the feeds' snapshot reads)
+# ran into the next turn's start and was counted as its latency.
+PAUSE_SECONDS = 0.3
 
 
 # ---------------------------------------------------------------- the agent alone
@@ -145,6 +150,7 @@ async def through_hermesweb(
     out: dict[str, list[float]] = {"first_token": [], "run_started": [], "accepted": []}
     walls: list[tuple[int, float, float]] = []
     for turn in range(turns + 2):
+        await asyncio.sleep(PAUSE_SECONDS)
         marks["waiter"] = asyncio.get_running_loop().create_future()
         wall = time.time()
         start, accepted, run_id = await asyncio.to_thread(submit, http, token, session_id)

@@ -380,7 +380,10 @@ class SessionFeed:
         self.marker: tuple[Any, ...] | None = None
         self.generation = 0
         self.snapshot_frame: str | None = None
-        self.lock = asyncio.Lock()
+        self.lock = asyncio.Lock()  # events go out in journal order, one batch at a time
+        # Snapshot reads one at a time, so a slow read never overwrites a newer one.
+        self.snapshot_lock = asyncio.Lock()
+        self.changes = 0  # notifications that may have changed the snapshot, so far
         self.wake = asyncio.Event()
         self.layer = get_channel_layer()
         self.channel: str | None = None
@@ -473,40 +476,65 @@ class SessionFeed:
             async with self.lock:
                 await self._advance(int(message["run_id"]), int(message["last_seq"]), events or [])
             if events is None or any(e.get("type") in STATE_EVENTS for e in events):
-                self.wake.set()
+                self._changed()
         elif kind == "session.changed":
-            self.wake.set()
+            self._changed()
+
+    def _changed(self) -> None:
+        self.changes += 1
+        self.wake.set()
 
     async def check(self, state: PollState | None = None) -> None:
         """Broadcast what the doorbell missed and any change of the snapshot.
 
-        `state` is what the hub's poll read for this feed, possibly before something this
-        feed did since: an older head or marker only costs a redundant read.
+        The database is read outside the lock: events keep flowing meanwhile. (Held, the
+        reads a turn's start sets off made its first tokens wait ~5 ms behind them:
+        bench/README.md, ttft.) `state` may be older than something this feed did since,
+        as when the hub's poll read it: an older head or marker only costs a redundant read.
         """
+        if state is None:
+            state = (await database_sync_to_async(poll_states)({self.session_id: self.poll_request()}))[
+                self.session_id
+            ]
+        heads, marker = state
         async with self.lock:
-            if state is None:
-                state = (await database_sync_to_async(poll_states)({self.session_id: self.poll_request()}))[
-                    self.session_id
-                ]
-            heads, marker = state
             for head in heads:
-                await self._advance(head.run_id, head.last_seq, [])
+                if await self._advance(head.run_id, head.last_seq, []):
+                    self._changed()  # read from the database: it may hold state events
                 if head.terminal and self.heads.get(head.run_id) == head.last_seq:
                     self.watched.discard(head.run_id)
-            if marker is None:
-                self._broadcast(("gone",))
-            elif marker != self.marker:
+        if marker is None:
+            self._broadcast(("gone",))
+        elif marker != self.marker:
+            await self._refresh_snapshot(marker)
+
+    async def _refresh_snapshot(self, marker: Marker) -> None:
+        """Read the snapshot and broadcast it if it changed, unless the session changed meanwhile.
+
+        A snapshot read before an event that changed it (a run's `done`, say) must not reach
+        sockets after that event. The event woke another check, which reads it again.
+        """
+        async with self.snapshot_lock:
+            changes = self.changes
+            snapshot = await database_sync_to_async(session_snapshot)(self.session_id)
+            async with self.lock:
+                if changes != self.changes:
+                    return
                 self.marker = marker
-                await self._refresh_snapshot()
+                self._publish_snapshot(snapshot)
 
     # -------------------------------------------------------------- under the lock
 
-    async def _advance(self, run_id: int, last_seq: int, inline: list[dict[str, Any]]) -> None:
-        """Broadcast run_id's events up to last_seq: inline ones if contiguous, else from the database."""
+    async def _advance(self, run_id: int, last_seq: int, inline: list[dict[str, Any]]) -> bool:
+        """Broadcast run_id's events up to last_seq: inline ones if contiguous, else from the database.
+
+        True if it read the database.
+        """
+        read = False
         high = self.heads.get(run_id)
         if high is None:
             if run_id <= self.floor:
-                return  # it ended before this feed started; subscribers replay it themselves
+                return False  # it ended before this feed started; subscribers replay it themselves
             high = 0  # a run that started since: follow it from its first event
             self.watched.add(run_id)
             self.newest = max(self.newest, run_id)
@@ -525,12 +553,13 @@ class SessionFeed:
                 break
             if not page.rows:
                 break
+            read = True
             await self._fan_out(run_id, event_frames(page))
             high = page.rows[-1][0]
         self.heads[run_id] = high
+        return read
 
-    async def _refresh_snapshot(self) -> None:
-        snapshot = await database_sync_to_async(session_snapshot)(self.session_id)
+    def _publish_snapshot(self, snapshot: dict[str, Any] | None) -> None:
         if snapshot is None:
             self._broadcast(("gone",))
             return
@@ -563,9 +592,9 @@ class SessionFeed:
 
     async def snapshot(self) -> tuple[int, str]:
         """A snapshot read now (so no older than anything broadcast before), with its generation."""
-        async with self.lock:
+        async with self.snapshot_lock, self.lock:
             self.marker = await database_sync_to_async(session_marker)(self.session_id)
-            await self._refresh_snapshot()
+            self._publish_snapshot(await database_sync_to_async(session_snapshot)(self.session_id))
             if self.marker is None or self.snapshot_frame is None:
                 raise SessionGone(self.session_id)
             return self.generation, self.snapshot_frame

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import orjson
@@ -257,3 +259,97 @@ def test_an_idle_caught_up_socket_takes_frames_directly_and_any_other_is_queued(
     assert async_to_sync(scenario)() == [False, True, True, False, False]
     assert send.seqs(7) == [3, 4, 5]
     assert send.wire == ["events", "event"]  # a batch in one frame, one event alone
+
+
+class Collector:
+    """A feed's subscriber that takes everything at once: what went out, in order."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Any, ...]] = []
+
+    async def offer(self, run_id: int, frames: list[live.Frame]) -> bool:
+        self.items.append(("events", run_id, [seq for seq, _, _ in frames]))
+        return True
+
+    def push(self, item: live.Item) -> None:
+        self.items.append(item[:1])
+
+
+class SlowSnapshot:
+    """live.session_snapshot, held until released: a snapshot read that takes a while."""
+
+    def __init__(self) -> None:
+        self.reading = threading.Event()
+        self.release = threading.Event()
+        self.real = live.session_snapshot
+
+    def __call__(self, session_id: int) -> dict[str, Any] | None:
+        self.reading.set()
+        assert self.release.wait(30)
+        return self.real(session_id)
+
+
+def envelope(run_id: int, session_id: int, seq: int, type: str) -> dict[str, Any]:
+    return {"run_id": run_id, "session_id": session_id, "seq": seq, "type": type, "terminal": type == "done"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_reach_sockets_while_the_snapshot_is_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = factories.SessionFactory()
+    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    slow = SlowSnapshot()
+    monkeypatch.setattr(live, "session_snapshot", slow)
+    feed = live.SessionFeed(session.pk)
+    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
+    sub = Collector()
+    feed.subscribers.add(sub)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        check = asyncio.ensure_future(feed.check(([], ("changed",))))
+        assert await asyncio.to_thread(slow.reading.wait, 30)
+        token = {
+            "type": "run.events",
+            "run_id": run.pk,
+            "last_seq": 1,
+            "events": [envelope(run.pk, session.pk, 1, "token.delta")],
+        }
+        await asyncio.wait_for(feed.on_message(token), 10)  # not behind the snapshot's read
+        assert sub.items == [("events", run.pk, [1])]
+        slow.release.set()
+        await check
+
+    async_to_sync(scenario)()
+    assert sub.items == [("events", run.pk, [1]), ("session",)]
+    assert feed.marker == ("changed",)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_snapshot_read_before_a_state_event_is_not_sent_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    session = factories.SessionFactory()
+    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    slow = SlowSnapshot()
+    monkeypatch.setattr(live, "session_snapshot", slow)
+    feed = live.SessionFeed(session.pk)
+    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
+    sub = Collector()
+    feed.subscribers.add(sub)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        check = asyncio.ensure_future(feed.check(([], ("before",))))
+        assert await asyncio.to_thread(slow.reading.wait, 30)
+        done = {
+            "type": "run.events",
+            "run_id": run.pk,
+            "last_seq": 1,
+            "events": [envelope(run.pk, session.pk, 1, "done")],
+        }
+        await feed.on_message(done)
+        slow.release.set()
+        await check
+        # The stale read went nowhere and left the marker, so the check `done` woke reads again.
+        assert sub.items == [("events", run.pk, [1])]
+        assert feed.marker is None and feed.wake.is_set()
+        await feed.check(([], ("after",)))
+
+    async_to_sync(scenario)()
+    assert sub.items == [("events", run.pk, [1]), ("session",)]
