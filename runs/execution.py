@@ -56,6 +56,7 @@ class Claimed:
 
     ctx: dict[str, Any]
     started: list[JournalEvent]
+    more: bool = False  # another queued run was seen: claim again at once
 
 
 def claim_and_start(runner_id: str) -> Claimed | None:
@@ -65,12 +66,12 @@ def claim_and_start(runner_id: str) -> Claimed | None:
     time-to-first-token here; as one, ~6 (bench/README.md, ttft). Publishing is the caller's.
     """
     with transaction.atomic():
-        run_id = leases.claim_in_transaction(runner_id)
-        if run_id is None:
+        run, more = leases.claim_in_transaction(runner_id)
+        if run is None:
             return None
-        ctx = _load_context(run_id)
-        rows, _ = journal.append_unpublished(run_id, [_started_event(ctx, runner_id)])
-    return Claimed(ctx, rows)
+        ctx = _load_context(run)
+        rows, _ = journal.append_unpublished(run.pk, [_started_event(ctx, runner_id)])
+    return Claimed(ctx, rows, more)
 
 
 def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:
@@ -142,9 +143,12 @@ class RunExecution:
                 await self.runner.pool.release(self.process)
 
     async def _execute(self) -> None:
-        # run.started committed with the claim: rung before anything else this run publishes.
+        # run.started committed with the claim. Its notification goes out while the agent is
+        # prompted, and before anything else of this run's: the writer waits for it.
         session_id = self.ctx["session_id"]
-        await notify.apublish_events(session_id, self.run_id, journal.envelopes(self.started, session_id))
+        self.writer.publish_after(
+            notify.apublish_events(session_id, self.run_id, journal.envelopes(self.started, session_id))
+        )
         spec = settings.HERMESWEB_AGENTS.get(self.ctx["agent"])
         if spec is None:
             await self._fail(
@@ -604,15 +608,17 @@ def _is_steer_ack(update: Any) -> bool:
 # ------------------------------------------------------------- sync helpers
 
 
-def _load_context(run_id: int) -> dict[str, Any]:
-    run = Run.objects.select_related("session__project").get(pk=run_id)
+def _load_context(run: Run) -> dict[str, Any]:
     session, project = run.session, run.session.project
     spec = settings.HERMESWEB_AGENTS.get(project.agent)
+    cumulative = bool(spec and spec.cumulative_usage)
     previous = (
         Run.objects.filter(session=session, finished_at__isnull=False)
         .exclude(pk=run.pk)
         .order_by("-finished_at")
         .first()
+        if cumulative  # only an agent that reports session totals needs the last turn's
+        else None
     )
     return {
         "run_id": run.pk,
@@ -626,7 +632,7 @@ def _load_context(run_id: int) -> dict[str, Any]:
         "mode": session.mode,
         "prompt_text": run.prompt_text,
         "source": run.source,
-        "cumulative_usage": bool(spec and spec.cumulative_usage),
+        "cumulative_usage": cumulative,
         "previous_usage_total": (previous.usage or {}).get("session_total") if previous else None,
     }
 

@@ -43,23 +43,36 @@ def mark_stopped(runner_id: str) -> None:
 def claim_next(runner_id: str) -> int | None:
     """Take the oldest queued run, or None. Safe with any number of runners."""
     with transaction.atomic():
-        return claim_in_transaction(runner_id)
+        run, _ = claim_in_transaction(runner_id)
+        return run.pk if run is not None else None
 
 
-def claim_in_transaction(runner_id: str) -> int | None:
-    """claim_next inside the caller's atomic(): the claim commits (or not) with what follows it."""
+def claim_in_transaction(runner_id: str) -> tuple[Run | None, bool]:
+    """claim_next inside the caller's atomic(): the claim commits (or not) with what follows it.
+
+    The run comes with its session and project, what starting it reads. Also says
+    whether another queued run was there to take: a runner that claimed the
+    only one need not ask again at once. (That empty claim ran beside the new turn's
+    prompt and cost its first token ~3 ms: bench/README.md, ttft.) On PostgreSQL the
+    second run stays locked until this transaction ends; the caller claims it next.
+    """
     with transaction.atomic(savepoint=False):
-        candidates = Run.objects.filter(status=RunStatus.QUEUED).order_by("created_at", "id")
+        candidates = (
+            Run.objects.filter(status=RunStatus.QUEUED)
+            .select_related("session__project")
+            .order_by("created_at", "id")
+        )
         if connection.vendor == "postgresql":
-            candidates = candidates.select_for_update(skip_locked=True)
-        run_id = candidates.values_list("pk", flat=True).first()
-        if run_id is None:
-            return None
+            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
+        found = list(candidates[:2])
+        if not found:
+            return None, False
+        run, more = found[0], len(found) > 1
         now = timezone.now()
-        claimed = Run.objects.filter(pk=run_id, status=RunStatus.QUEUED).update(
+        claimed = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
             status=RunStatus.RUNNING, lease_owner=runner_id, lease_expires_at=_lease_until(), started_at=now
         )
-        return run_id if claimed else None
+        return (run if claimed else None), more
 
 
 def renew_leases(runner_id: str, run_ids: list[int]) -> set[int]:

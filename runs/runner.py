@@ -101,13 +101,15 @@ class RunnerProcess:
     # ----------------------------------------------------------------- loops
 
     async def _claim_loop(self) -> None:
+        # Claims again at once only while queued runs remain; otherwise a doorbell (or the
+        # poll) wakes it.
         while not self.stopping.is_set():
             claimed = False
             if len(self.tasks) < settings.HERMESWEB_MAX_RUNS_PER_RUNNER:
                 started = await sync_to_async(claim_and_start)(self.runner_id)
                 if started is not None:
                     self._start(started)
-                    claimed = True
+                    claimed = started.more
             if not claimed:
                 await self._sleep(self._wake, self.poll)
 

@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -89,6 +89,18 @@ class JournalWriter:
         self._pieces: list[str] | None = None
         self._open_chars = 0
         self.closed = False
+        self._earlier: asyncio.Future[Any] | None = None
+
+    def publish_after(self, earlier: Awaitable[Any]) -> None:
+        """Write (and so publish) nothing before `earlier` is done: a notification of this run's
+        that must reach viewers first, sent meanwhile."""
+        self._earlier = asyncio.ensure_future(earlier)
+
+    async def _after_earlier(self) -> None:
+        if self._earlier is not None:
+            earlier, self._earlier = self._earlier, None
+            with contextlib.suppress(Exception):  # a lost notification is the safety poll's to repair
+                await earlier
 
     def add(self, events: Sequence[NewEvent]) -> None:
         """Buffer events; schedules the flush. Never blocks the agent's reader."""
@@ -155,6 +167,7 @@ class JournalWriter:
         atomically with the event that shows it.
         """
         async with self._lock:
+            await self._after_earlier()
             batch = self._take() + list(extra)
             if not batch:
                 return []
@@ -193,6 +206,7 @@ class JournalWriter:
         """Write the buffer and the final events (ending with `done`) and hand the session on."""
         async with self._lock:
             self.closed = True
+            await self._after_earlier()
             batch = self._take() + list(final)
             return await sync_to_async(services.finish_run)(self.run_id, batch, **run_updates)
 

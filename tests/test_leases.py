@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from runs import leases
@@ -20,6 +21,16 @@ def test_claim_takes_the_oldest_queued_run_and_leases_it() -> None:
     assert leases.claim_next("r1") == older.pk
     older.refresh_from_db()
     assert older.status == "running" and older.lease_owner == "r1" and older.lease_expires_at > timezone.now()
+
+
+def test_a_claim_says_whether_another_queued_run_remains() -> None:
+    first, second = factories.RunFactory(status="queued"), factories.RunFactory(status="queued")
+    with transaction.atomic():
+        assert leases.claim_in_transaction("r1") == (first, True)
+    with transaction.atomic():
+        assert leases.claim_in_transaction("r1") == (second, False)
+    with transaction.atomic():
+        assert leases.claim_in_transaction("r1") == (None, False)
 
 
 def test_claim_returns_none_when_nothing_is_queued() -> None:
