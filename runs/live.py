@@ -45,6 +45,7 @@ MAX_CURSORS = 1000
 SUBSCRIBER_BACKLOG_MAX = 2000
 # Likewise a feed this far behind the journal notifications it was handed.
 INBOX_MAX = 2000
+WAKE_COALESCE_SECONDS = 0.025
 # Events that may change the session snapshot (active run status, title).
 STATE_EVENTS = frozenset({EventType.RUN_STARTED, EventType.STATUS, EventType.DONE, EventType.TITLE_UPDATED})
 _TERMINAL = frozenset(s.value for s in TERMINAL_STATUSES)
@@ -438,6 +439,10 @@ class SessionFeed:
         # Doorbells that may change the snapshot; the periodic safety poll is the hub's.
         while True:
             await self.wake.wait()
+            # A turn's start rings several (the submit, run.started, a title): one read for
+            # them all, after the runner has claimed and prompted rather than beside it
+            # (bench/README.md, ttft). Events never wait for this: they come inline.
+            await asyncio.sleep(WAKE_COALESCE_SECONDS)
             self.wake.clear()
             try:
                 await self.check()

@@ -353,3 +353,34 @@ def test_a_snapshot_read_before_a_state_event_is_not_sent_after_it(monkeypatch: 
 
     async_to_sync(scenario)()
     assert sub.items == [("events", run.pk, [1]), ("session",)]
+
+
+def test_doorbells_rung_together_cost_one_snapshot_check() -> None:
+    # A turn's start rings for the submit, run.started and a title: one read serves them all.
+    feed = live.SessionFeed(1)
+    checked: list[int] = []  # feed.changes as each check began
+    done = asyncio.Event()
+
+    async def check(state: live.PollState | None = None) -> None:
+        checked.append(feed.changes)
+        done.set()
+
+    feed.check = check  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        loop = asyncio.ensure_future(feed._wake_loop())
+        try:
+            for _ in range(3):
+                feed._changed()
+                for _ in range(5):
+                    await asyncio.sleep(0)  # the loop runs between notifications, as it would
+            await asyncio.wait_for(done.wait(), 10)
+            assert checked == [3]  # one check, after all three
+            done.clear()
+            feed._changed()  # a later one gets its own
+            await asyncio.wait_for(done.wait(), 10)
+        finally:
+            loop.cancel()
+
+    async_to_sync(scenario)()
+    assert checked == [3, 4]
