@@ -184,7 +184,7 @@ def steps(walls: list[tuple[int, float, float]]) -> dict[str, list[float]]:
         }
         assert run.started_at is not None
         marks = [
-            ("POST → run row committed (web)", run.created_at.timestamp() - posted),
+            ("POST → run row created (web: auth, checks)", run.created_at.timestamp() - posted),
             (
                 "→ claimed by the runner (doorbell, claim)",
                 run.started_at.timestamp() - run.created_at.timestamp(),
