@@ -505,7 +505,10 @@ class SessionFeed:
         async with self.lock:
             for head in heads:
                 if await self._advance(head.run_id, head.last_seq, []):
-                    self._changed()  # read from the database: it may hold state events
+                    # Read from the database, so perhaps state events: a snapshot read meanwhile
+                    # is stale. This check reads its own after (no wake: without Redis every
+                    # poll reads events, and a check per poll would double the polling).
+                    self.changes += 1
                 if head.terminal and self.heads.get(head.run_id) == head.last_seq:
                     self.watched.discard(head.run_id)
         if marker is None:
@@ -517,13 +520,14 @@ class SessionFeed:
         """Read the snapshot and broadcast it if it changed, unless the session changed meanwhile.
 
         A snapshot read before an event that changed it (a run's `done`, say) must not reach
-        sockets after that event. The event woke another check, which reads it again.
+        sockets after that event: it is dropped, and read again by the next check.
         """
         async with self.snapshot_lock:
             changes = self.changes
             snapshot = await database_sync_to_async(session_snapshot)(self.session_id)
             async with self.lock:
                 if changes != self.changes:
+                    self.wake.set()  # usually set already; read it again soon in any case
                     return
                 self.marker = marker
                 self._publish_snapshot(snapshot)

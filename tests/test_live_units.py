@@ -282,11 +282,17 @@ class SlowSnapshot:
         self.reading = threading.Event()
         self.release = threading.Event()
         self.real = live.session_snapshot
+        self.reads = 0
+        self.done = 0
 
     def __call__(self, session_id: int) -> dict[str, Any] | None:
+        self.reads += 1
+        read = self.reads
         self.reading.set()
         assert self.release.wait(30)
-        return self.real(session_id)
+        snapshot = self.real(session_id)
+        self.done += 1
+        return None if snapshot is None else {**snapshot, "read": read}
 
 
 def envelope(run_id: int, session_id: int, seq: int, type: str) -> dict[str, Any]:
@@ -384,3 +390,40 @@ def test_doorbells_rung_together_cost_one_snapshot_check() -> None:
 
     async_to_sync(scenario)()
     assert checked == [3, 4]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_snapshot_read_while_a_poll_repairs_events_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Without Redis events reach the feed by its poll, from the database: one of them may be
+    # the `done` that makes a snapshot read just before it stale.
+    session = factories.SessionFactory()
+    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    journal.append_batch(run.pk, deltas(1), publish=False)
+    slow = SlowSnapshot()
+    monkeypatch.setattr(live, "session_snapshot", slow)
+    feed = live.SessionFeed(session.pk)
+    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
+    sub = Collector()
+    feed.subscribers.add(sub)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        first = asyncio.ensure_future(feed.check(([], ("m",))))
+        assert await asyncio.to_thread(slow.reading.wait, 30)  # the first snapshot read began
+        await feed.lock.acquire()
+        # The poll got the lock while the read went on: its events go out before the read's
+        # result can (the lock is first come, first served).
+        poll = asyncio.ensure_future(feed.check(([live.RunHead(run.pk, 1, RunStatus.RUNNING)], ("m",))))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        slow.release.set()
+        while slow.done < 1:
+            await asyncio.sleep(0.001)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        feed.lock.release()
+        await first
+        await poll
+
+    async_to_sync(scenario)()
+    assert sub.items == [("events", run.pk, [1]), ("session",)]
+    assert feed.snapshot_frame is not None and '"read":2' in feed.snapshot_frame
