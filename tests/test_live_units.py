@@ -295,12 +295,11 @@ class SlowSnapshot:
         return None if snapshot is None else {**snapshot, "read": read}
 
 
-def envelope(run_id: int, session_id: int, seq: int, type: str) -> dict[str, Any]:
-    return {"run_id": run_id, "session_id": session_id, "seq": seq, "type": type, "terminal": type == "done"}
+SlowFeed = tuple[Any, Any, SlowSnapshot, live.SessionFeed, Collector]
 
 
-@pytest.mark.django_db(transaction=True)
-def test_events_reach_sockets_while_the_snapshot_is_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
+def slow_snapshot_feed(monkeypatch: pytest.MonkeyPatch) -> SlowFeed:
+    """A running run's session, its feed with one subscriber, and snapshot reads held until released."""
     session = factories.SessionFactory()
     run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
     slow = SlowSnapshot()
@@ -309,6 +308,16 @@ def test_events_reach_sockets_while_the_snapshot_is_being_read(monkeypatch: pyte
     feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
     sub = Collector()
     feed.subscribers.add(sub)  # type: ignore[arg-type]
+    return session, run, slow, feed, sub
+
+
+def envelope(run_id: int, session_id: int, seq: int, type: str) -> dict[str, Any]:
+    return {"run_id": run_id, "session_id": session_id, "seq": seq, "type": type, "terminal": type == "done"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_reach_sockets_while_the_snapshot_is_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    session, run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
 
     async def scenario() -> None:
         check = asyncio.ensure_future(feed.check(([], ("changed",))))
@@ -331,14 +340,7 @@ def test_events_reach_sockets_while_the_snapshot_is_being_read(monkeypatch: pyte
 
 @pytest.mark.django_db(transaction=True)
 def test_a_snapshot_read_before_a_state_event_is_not_sent_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    session = factories.SessionFactory()
-    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
-    slow = SlowSnapshot()
-    monkeypatch.setattr(live, "session_snapshot", slow)
-    feed = live.SessionFeed(session.pk)
-    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
-    sub = Collector()
-    feed.subscribers.add(sub)  # type: ignore[arg-type]
+    session, run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
 
     async def scenario() -> None:
         check = asyncio.ensure_future(feed.check(([], ("before",))))
@@ -396,15 +398,8 @@ def test_doorbells_rung_together_cost_one_snapshot_check() -> None:
 def test_a_snapshot_read_while_a_poll_repairs_events_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     # Without Redis events reach the feed by its poll, from the database: one of them may be
     # the `done` that makes a snapshot read just before it stale.
-    session = factories.SessionFactory()
-    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    _, run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
     journal.append_batch(run.pk, deltas(1), publish=False)
-    slow = SlowSnapshot()
-    monkeypatch.setattr(live, "session_snapshot", slow)
-    feed = live.SessionFeed(session.pk)
-    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
-    sub = Collector()
-    feed.subscribers.add(sub)  # type: ignore[arg-type]
 
     async def scenario() -> None:
         first = asyncio.ensure_future(feed.check(([], ("m",))))
