@@ -54,7 +54,8 @@ def claim_in_transaction(runner_id: str) -> tuple[Run | None, bool]:
     whether another queued run was there to take: a runner that claimed the
     only one need not ask again at once. (That empty claim ran beside the new turn's
     prompt and cost its first token ~3 ms: bench/README.md, ttft.) On PostgreSQL the
-    second run stays locked until this transaction ends; the caller claims it next.
+    second run stays locked until this transaction ends, and the caller claims it next; a
+    caller at capacity leaves it to the other runners' next poll.
     """
     with transaction.atomic(savepoint=False):
         candidates = (
