@@ -8,16 +8,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hermesweb.settings")
 # Django must be set up before anything imports models (the consumers do).
 django_asgi_app = get_asgi_application()
 
-from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+from channels.sessions import CookieMiddleware  # noqa: E402
 
+from hermesweb.auth import SocketSessionMiddleware  # noqa: E402
 from runs.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
         # The origin check stops another site's page from riding the user's session cookie.
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        "websocket": AllowedHostsOriginValidator(
+            CookieMiddleware(SocketSessionMiddleware(URLRouter(websocket_urlpatterns)))
+        ),
     }
 )
