@@ -295,11 +295,11 @@ class SlowSnapshot:
         return None if snapshot is None else {**snapshot, "read": read}
 
 
-SlowFeed = tuple[Any, Any, SlowSnapshot, live.SessionFeed, Collector]
+SlowFeed = tuple[Any, SlowSnapshot, live.SessionFeed, Collector]
 
 
 def slow_snapshot_feed(monkeypatch: pytest.MonkeyPatch) -> SlowFeed:
-    """A running run's session, its feed with one subscriber, and snapshot reads held until released."""
+    """A running run, its session's feed with one subscriber, and snapshot reads held until released."""
     session = factories.SessionFactory()
     run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
     slow = SlowSnapshot()
@@ -308,27 +308,25 @@ def slow_snapshot_feed(monkeypatch: pytest.MonkeyPatch) -> SlowFeed:
     feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
     sub = Collector()
     feed.subscribers.add(sub)  # type: ignore[arg-type]
-    return session, run, slow, feed, sub
+    return run, slow, feed, sub
 
 
-def envelope(run_id: int, session_id: int, seq: int, type: str) -> dict[str, Any]:
-    return {"run_id": run_id, "session_id": session_id, "seq": seq, "type": type, "terminal": type == "done"}
+def first_event(run: Any, type: str) -> dict[str, Any]:
+    """The runner's notification of `run`'s first event, of `type`, carried inline."""
+    envelope = {"run_id": run.pk, "session_id": run.session_id, "seq": 1, "type": type}
+    envelope["terminal"] = type == "done"
+    return {"type": "run.events", "run_id": run.pk, "last_seq": 1, "events": [envelope]}
 
 
 @pytest.mark.django_db(transaction=True)
 def test_events_reach_sockets_while_the_snapshot_is_being_read(monkeypatch: pytest.MonkeyPatch) -> None:
-    session, run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
+    run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
 
     async def scenario() -> None:
         check = asyncio.ensure_future(feed.check(([], ("changed",))))
         assert await asyncio.to_thread(slow.reading.wait, 30)
-        token = {
-            "type": "run.events",
-            "run_id": run.pk,
-            "last_seq": 1,
-            "events": [envelope(run.pk, session.pk, 1, "token.delta")],
-        }
-        await asyncio.wait_for(feed.on_message(token), 10)  # not behind the snapshot's read
+        # Not behind the snapshot's read:
+        await asyncio.wait_for(feed.on_message(first_event(run, "token.delta")), 10)
         assert sub.items == [("events", run.pk, [1])]
         slow.release.set()
         await check
@@ -340,18 +338,12 @@ def test_events_reach_sockets_while_the_snapshot_is_being_read(monkeypatch: pyte
 
 @pytest.mark.django_db(transaction=True)
 def test_a_snapshot_read_before_a_state_event_is_not_sent_after_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    session, run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
+    run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
 
     async def scenario() -> None:
         check = asyncio.ensure_future(feed.check(([], ("before",))))
         assert await asyncio.to_thread(slow.reading.wait, 30)
-        done = {
-            "type": "run.events",
-            "run_id": run.pk,
-            "last_seq": 1,
-            "events": [envelope(run.pk, session.pk, 1, "done")],
-        }
-        await feed.on_message(done)
+        await feed.on_message(first_event(run, "done"))
         slow.release.set()
         await check
         # The stale read went nowhere and left the marker, so the check `done` woke reads again.
@@ -398,7 +390,7 @@ def test_doorbells_rung_together_cost_one_snapshot_check() -> None:
 def test_a_snapshot_read_while_a_poll_repairs_events_is_read_again(monkeypatch: pytest.MonkeyPatch) -> None:
     # Without Redis events reach the feed by its poll, from the database: one of them may be
     # the `done` that makes a snapshot read just before it stale.
-    _, run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
+    run, slow, feed, sub = slow_snapshot_feed(monkeypatch)
     journal.append_batch(run.pk, deltas(1), publish=False)
 
     async def scenario() -> None:
