@@ -2,11 +2,15 @@
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hermesweb.settings")
 # Django must be set up before anything imports models (the consumers do).
-django_asgi_app = get_asgi_application()
+django.setup(set_prefix=False)
+
+from hermesweb.handlers import OneHopASGIHandler  # noqa: E402
+
+django_asgi_app = OneHopASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402

@@ -92,6 +92,8 @@ class AgentProcess:
         self.loaded: set[str] = set()
         self.loading: set[str] = set()
         self.commands: dict[str, Any] = {}
+        # Agent session id → the commands last written to its Session row from this process.
+        self.stored_commands: dict[str, list[dict[str, Any]]] = {}
         self.active = 0
         self.last_used = time.monotonic()
         self.poisoned = ""

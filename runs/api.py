@@ -16,7 +16,7 @@ from django.utils.text import slugify
 from ninja import Header, Path, Query, Router, Status
 
 from hermesweb.auth import get_visible
-from hermesweb.errors import ApiError
+from hermesweb.errors import MAX_ID, ApiError, not_found
 from intents.models import PendingIntent
 from projects.models import Project, Session
 from runs import controls, jobs, journal
@@ -72,15 +72,19 @@ def submit_message(request: HttpRequest, id: int, payload: MessageIn) -> Status[
     The same `client_id` again returns the first answer with `duplicate: true`.
     409 `session_archived` for an archived session.
     """
-    session = get_visible(Session.objects, request.auth, id, "session")
+    if not 1 <= id <= MAX_ID:
+        raise not_found("session")
     try:
-        result = run_services.do_submit_message(
-            session,
+        result = run_services.do_submit_message_as(
+            request.auth,
+            id,
             client_id=payload.client_id,
             text=payload.text,
             mode=payload.mode,
             attachments=payload.attachments,
         )
+    except Session.DoesNotExist:
+        raise not_found("session") from None
     except run_services.SubmitRefused as exc:
         raise submit_refused(exc) from None
     return Status(202, SubmitOut.from_result(result))

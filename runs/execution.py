@@ -66,11 +66,11 @@ def claim_and_start(runner_id: str) -> Claimed | None:
     time-to-first-token here; as one, ~6 (bench/README.md, ttft). Publishing is the caller's.
     """
     with transaction.atomic():
-        run, more = leases.claim_in_transaction(runner_id)
-        if run is None:
+        claimed, more = leases.claim_in_transaction(runner_id)
+        if claimed is None:
             return None
-        ctx = _load_context(run)
-        rows, _ = journal.append_unpublished(run.pk, [_started_event(ctx, runner_id)])
+        ctx = _load_context(claimed)
+        rows, _ = journal.append_unpublished(claimed.run_id, [_started_event(ctx, runner_id)])
     return Claimed(ctx, rows, more)
 
 
@@ -278,11 +278,25 @@ class RunExecution:
         await self._after_finish()
 
     async def _after_finish(self) -> None:
-        if self.translator.title or self.translator.commands is not None:
-            await sync_to_async(_store_session_meta)(
-                self.ctx["session_id"], self.translator.title, self.translator.commands
-            )
+        commands = self._new_commands()
+        if self.translator.title or commands is not None:
+            await sync_to_async(_store_session_meta)(self.ctx["session_id"], self.translator.title, commands)
         self.runner.wake()
+
+    def _new_commands(self) -> list[dict[str, Any]] | None:
+        """The agent's commands if its Session row does not hold them yet, else None.
+
+        Agents repeat their commands at every turn's start (the process replays the latest
+        too): writing them each time was a write and a session.changed, and every viewer's
+        snapshot read, beside each turn's first tokens.
+        """
+        commands = self.translator.commands
+        if commands is None or self.process is None:
+            return commands
+        if self.process.stored_commands.get(self.agent_session_id) == commands:
+            return None
+        self.process.stored_commands[self.agent_session_id] = commands
+        return commands
 
     async def _fail(self, code: str, message: str) -> None:
         final = [
@@ -353,10 +367,10 @@ class RunExecution:
         events = self.translator.translate(data)
         if events:
             self.writer.add(events)
-        if self.translator.commands is not None and data.get("sessionUpdate") == "available_commands_update":
-            self._spawn(
-                sync_to_async(_store_session_meta)(self.ctx["session_id"], None, self.translator.commands)
-            )
+        if data.get("sessionUpdate") == "available_commands_update":
+            commands = self._new_commands()
+            if commands is not None:
+                self._spawn(sync_to_async(_store_session_meta)(self.ctx["session_id"], None, commands))
 
     async def on_permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse:
         if self.cancel_requested.is_set():
@@ -608,30 +622,29 @@ def _is_steer_ack(update: Any) -> bool:
 # ------------------------------------------------------------- sync helpers
 
 
-def _load_context(run: Run) -> dict[str, Any]:
-    session, project = run.session, run.session.project
-    spec = settings.HERMESWEB_AGENTS.get(project.agent)
+def _load_context(claimed: leases.ClaimedRun) -> dict[str, Any]:
+    spec = settings.HERMESWEB_AGENTS.get(claimed.agent)
     cumulative = bool(spec and spec.cumulative_usage)
     previous = (
-        Run.objects.filter(session=session, finished_at__isnull=False)
-        .exclude(pk=run.pk)
+        Run.objects.filter(session_id=claimed.session_id, finished_at__isnull=False)
+        .exclude(pk=claimed.run_id)
         .order_by("-finished_at")
         .first()
         if cumulative  # only an agent that reports session totals needs the last turn's
         else None
     )
     return {
-        "run_id": run.pk,
-        "session_id": session.pk,
-        "agent_session_id": session.agent_session_id,
-        "project_id": project.pk,
-        "project_name": project.name,
-        "cwd": project.path,
-        "agent": project.agent,
-        "model": session.model,
-        "mode": session.mode,
-        "prompt_text": run.prompt_text,
-        "source": run.source,
+        "run_id": claimed.run_id,
+        "session_id": claimed.session_id,
+        "agent_session_id": claimed.agent_session_id,
+        "project_id": claimed.project_id,
+        "project_name": claimed.project_name,
+        "cwd": claimed.cwd,
+        "agent": claimed.agent,
+        "model": claimed.model,
+        "mode": claimed.mode,
+        "prompt_text": claimed.prompt_text,
+        "source": claimed.source,
         "cumulative_usage": cumulative,
         "previous_usage_total": (previous.usage or {}).get("session_total") if previous else None,
     }

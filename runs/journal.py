@@ -97,6 +97,12 @@ def append_unpublished(
     for index, event in enumerate(events):
         if event.terminal and index != len(events) - 1:
             raise ValueError("a done event must be the last of its batch")
+    if connection.vendor == "postgresql" and not run_updates and not events[-1].terminal:
+        # Plain events: the group's one statement, for a group of one.
+        result = append_group_unpublished([(run_id, events)])[0]
+        if isinstance(result, Exception):
+            raise result
+        return result
     # No savepoint: the caller's atomic() is the transaction, and an error here ends it anyway.
     with transaction.atomic(savepoint=False):
         session_id, status, last_seq = _take_seqs(run_id, len(events))
@@ -127,14 +133,15 @@ GroupResult = tuple[list[JournalEvent], int] | JournalError | Run.DoesNotExist
 
 
 def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) -> list[GroupResult]:
-    """append_unpublished for the batches of several runs, in the caller's transaction.
+    """append_unpublished for the batches of several runs; per item (rows, session id) or a refusal.
 
-    Per item, (rows, session id), or the refusal of a run that ended or does not exist
-    (nothing is written for it; the others go on). No run updates, and no terminal event:
-    those take append_unpublished. On PostgreSQL the whole group is two statements (seqs
-    for every run in one UPDATE, every row in one INSERT), so a group of a hundred runs
-    costs about what one run's append does; SQLite has no round trips to save and appends
-    run by run.
+    A run that ended or does not exist refuses its batch (nothing is written for it; the
+    others go on). No run updates, and no terminal event: those take append_unpublished.
+
+    On PostgreSQL the whole group is one statement, the seqs of every run (one UPDATE) and
+    every row (one INSERT) joined in a data-modifying CTE: inside a transaction it is part
+    of the caller's; outside one it commits by itself, so a group costs one round trip.
+    SQLite has no round trips to save: it appends run by run, in the caller's transaction.
     """
     runs = [run_id for run_id, _ in items]
     if len(set(runs)) != len(runs):
@@ -144,37 +151,47 @@ def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) ->
             raise ValueError("a group batch is non-empty and has no terminal event")
     if connection.vendor != "postgresql":
         return [_append_or_refusal(run_id, events) for run_id, events in items]
-    ended = ", ".join(["%s"] * len(TERMINAL_STATES))
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        # Ordered by id, so concurrent groups lock runs in the same order.
-        order = sorted(range(len(items)), key=lambda i: runs[i])
+    now = timezone.now()
+    # Per row: run id, its place in its run's batch (from 1), type, terminal, redacted payload.
+    planned = [
+        (run_id, offset, event.type, event.terminal, redact(event.payload))
+        for run_id, events in items
+        for offset, event in enumerate(events, start=1)
+    ]
+    # Ordered by id, so concurrent groups lock runs in the same order.
+    order = sorted(range(len(items)), key=lambda i: runs[i])
+    with connection.cursor() as cursor:
         cursor.execute(
-            _sql(
-                "UPDATE {run} SET {last_seq} = {run}.{last_seq} + u.n "
-                "FROM unnest(%s::bigint[], %s::integer[]) AS u(id, n) "
-                f"WHERE {{run}}.{{id}} = u.id AND {{run}}.{{status}} NOT IN ({ended}) "
-                "RETURNING {run}.{id}, {run}.{session_id}, {run}.{last_seq}"
-            ),
-            [[runs[i] for i in order], [len(items[i][1]) for i in order], *sorted(TERMINAL_STATES)],
+            _group_statement(),
+            [
+                [runs[i] for i in order],
+                [len(items[i][1]) for i in order],
+                *sorted(TERMINAL_STATES),
+                connection.ops.adapt_datetimefield_value(now),
+                *([row[i] for row in planned] for i in range(4)),
+                [_dump_json(row[4]) for row in planned],
+            ],
         )
-        taken = {pk: (session_id, last_seq) for pk, session_id, last_seq in cursor.fetchall()}
+        taken: dict[int, tuple[int, int]] = {}  # run id: (session id, its first new seq)
+        ids: dict[tuple[int, int], int] = {}
+        for is_event, pk, a, b in cursor.fetchall():
+            if is_event:
+                ids[(a, b)] = pk
+            else:
+                taken[pk] = (a, b)
         missing = [run_id for run_id in runs if run_id not in taken]
         found: dict[int, str] = {}
         if missing:
             cursor.execute(_sql("SELECT {id}, {status} FROM {run} WHERE {id} = ANY(%s)"), [missing])
             found = dict(cursor.fetchall())
-        now = timezone.now()
-        planned: list[tuple[int, int, str, bool, Any]] = []  # run id, seq, type, terminal, payload
-        for run_id, events in items:
-            if run_id in taken:
-                first = taken[run_id][1] - len(events) + 1
-                planned += [
-                    (run_id, first + offset, event.type, event.terminal, redact(event.payload))
-                    for offset, event in enumerate(events)
-                ]
-        saved: dict[int, list[JournalEvent]] = {run_id: [] for run_id in taken}
-        for row in _insert(planned, now) if planned else []:
-            saved[row.run_id].append(row)
+    alias = connection.alias
+    saved: dict[int, list[JournalEvent]] = {run_id: [] for run_id in taken}
+    for run_id, offset, type_, terminal, payload in planned:
+        if run_id in taken:
+            seq = taken[run_id][1] + offset - 1
+            saved[run_id].append(
+                _saved_event(alias, ids.get((run_id, seq)), run_id, seq, type_, now, terminal, payload)
+            )
     results: list[GroupResult] = []
     for run_id in runs:
         if run_id in taken:
@@ -184,6 +201,25 @@ def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) ->
         else:
             results.append(Run.DoesNotExist(f"Run {run_id} does not exist."))
     return results
+
+
+def _group_statement() -> str:
+    ended = ", ".join(["%s"] * len(TERMINAL_STATES))
+    return _sql(
+        "WITH u AS (SELECT * FROM unnest(%s::bigint[], %s::integer[]) AS u(id, n)), "
+        "taken AS ("
+        "UPDATE {run} SET {last_seq} = {run}.{last_seq} + u.n FROM u "
+        f"WHERE {{run}}.{{id}} = u.id AND {{run}}.{{status}} NOT IN ({ended}) "
+        "RETURNING {run}.{id}, {run}.{session_id}, {run}.{last_seq} - u.n + 1 AS first), "
+        "saved AS ("
+        "INSERT INTO {event} ({run_id}, {seq}, {type}, {created_at}, {terminal}, {payload}) "
+        "SELECT e.run_id, t.first + e.place - 1, e.type, %s, e.terminal, e.payload::jsonb "
+        "FROM unnest(%s::bigint[], %s::integer[], %s::text[], %s::boolean[], %s::text[]) "
+        "AS e(run_id, place, type, terminal, payload) JOIN taken t ON t.{id} = e.run_id "
+        "RETURNING {id}, {run_id}, {seq}) "
+        "SELECT false, {id}, {session_id}, first FROM taken "
+        "UNION ALL SELECT true, {id}, {run_id}, {seq} FROM saved"
+    )
 
 
 def _append_or_refusal(run_id: int, events: Sequence[NewEvent]) -> GroupResult:

@@ -308,11 +308,18 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
     Any other failure rolls the group back, and each batch is then written in a
     transaction of its own, so one bad batch cannot cost the others theirs.
     """
-    if len(items) == 1 or transaction.get_connection().in_atomic_block:
+    connection = transaction.get_connection()
+    on_postgres = connection.vendor == "postgresql"
+    if connection.in_atomic_block or (len(items) == 1 and not on_postgres):
         return [_append_alone(run_id, batch) for run_id, batch in items]
     try:
-        with transaction.atomic():
+        if on_postgres:
+            # One statement that commits by itself: the group, even of one run, is one round
+            # trip instead of three (UPDATE, INSERT, COMMIT) — ~2 ms of a first token here.
             results = journal.append_group_unpublished(items)
+        else:
+            with transaction.atomic():
+                results = journal.append_group_unpublished(items)
     except Exception:
         log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
         return [_append_alone(run_id, batch) for run_id, batch in items]

@@ -141,15 +141,16 @@ def test_a_message_to_an_idle_session_starts_a_run(api: Client, session: Any) ->
     assert run.attachments == [{"name": "log.txt", "size": 12}]
 
 
-def test_a_new_turn_costs_the_api_seven_queries(
+def test_a_new_turn_costs_the_api_five_queries(
     user: Any, session: Any, django_assert_num_queries: Any
 ) -> None:
     # Each is ~1 ms of the way from "send" to the first token (bench/README.md, ttft): this
-    # catches one more slipping in. Token, session, lock, duplicate or active run, duplicate
-    # intent, the run, the session's updated_at; and the transaction's two ends.
+    # catches one more slipping in. Token, the session locked (visibility checked in the
+    # same read), the client id's earlier run or intent and the active run in one read, the
+    # run, the session's updated_at; and the transaction's two ends.
     client = token_client(user)
     client.get("/api/projects")  # the token's first use also records it
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(7):
         response = send(client, session)
     assert response.status_code == 202
 

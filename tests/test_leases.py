@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from runs import leases
@@ -26,11 +27,38 @@ def test_claim_takes_the_oldest_queued_run_and_leases_it() -> None:
 def test_a_claim_says_whether_another_queued_run_remains() -> None:
     first, second = factories.RunFactory(status="queued"), factories.RunFactory(status="queued")
     with transaction.atomic():
-        assert leases.claim_in_transaction("r1") == (first, True)
+        assert leases.claim_in_transaction("r1") == (leases.ClaimedRun.of(first), True)
     with transaction.atomic():
-        assert leases.claim_in_transaction("r1") == (second, False)
+        assert leases.claim_in_transaction("r1") == (leases.ClaimedRun.of(second), False)
     with transaction.atomic():
         assert leases.claim_in_transaction("r1") == (None, False)
+
+
+def test_a_claim_carries_what_starting_the_run_reads_of_its_session_and_project() -> None:
+    run = factories.RunFactory(
+        status="queued",
+        prompt_text="hello",
+        source="workflow",
+        session__agent_session_id="agent-s1",
+        session__model="m1",
+        session__mode="plan",
+    )
+    with transaction.atomic():
+        claimed, _ = leases.claim_in_transaction("r1")
+    project = run.session.project
+    assert claimed == leases.ClaimedRun(
+        run_id=run.pk,
+        source="workflow",
+        prompt_text="hello",
+        session_id=run.session_id,
+        agent_session_id="agent-s1",
+        model="m1",
+        mode="plan",
+        project_id=project.pk,
+        project_name=project.name,
+        cwd=project.path,
+        agent=project.agent,
+    )
 
 
 def test_claim_returns_none_when_nothing_is_queued() -> None:
@@ -94,3 +122,31 @@ def test_a_reaped_run_answers_its_pending_controls_as_expired() -> None:
     assert leases.reap_stale("reaper") == [run.pk]
     control = Control.objects.get(pk=control.pk)
     assert (control.state, control.result) == ("rejected", "expired")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_in_flight_hides_its_run_and_the_next_from_other_runners_on_postgres() -> None:
+    runs = [factories.RunFactory(status="queued") for _ in range(3)]
+    held, release = threading.Event(), threading.Event()
+    got: dict[str, object] = {}
+
+    def first_runner() -> None:
+        try:
+            with transaction.atomic():
+                got["r1"] = leases.claim_in_transaction("r1")
+                held.set()
+                release.wait(10)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=first_runner)
+    thread.start()
+    try:
+        assert held.wait(10)
+        # r1 holds the run it claimed and the one it looked ahead at: r2 skips both.
+        assert leases.claim_next("r2") == runs[2].pk
+    finally:
+        release.set()
+        thread.join(10)
+    assert got["r1"] == (leases.ClaimedRun.of(runs[0]), True)

@@ -64,6 +64,19 @@ def test_a_run_completes_with_the_expected_event_sequence(runner: Proc, session:
     assert any(c["name"] == "steer" for c in session.commands)
 
 
+def test_the_agents_commands_are_written_once_not_at_every_turn(runner: Proc, session: Any) -> None:
+    first = run_of(submit(session, "fast one"))
+    wait_status(first, RunStatus.COMPLETED, log=runner.log)
+    session.refresh_from_db()
+    assert any(c["name"] == "steer" for c in session.commands)
+    # A marker only a rewrite would replace: the agent sends the same commands again.
+    type(session).objects.filter(pk=session.pk).update(commands=[{"name": "marker"}])
+    second = run_of(submit(session, "fast two"))
+    wait_status(second, RunStatus.COMPLETED, log=runner.log)
+    session.refresh_from_db()
+    assert session.commands == [{"name": "marker"}]
+
+
 def test_token_deltas_are_coalesced_into_fewer_rows_than_chunks(runner: Proc, session: Any) -> None:
     run = run_of(submit(session, "fast please answer"))  # `fast`: all chunks at once
     wait_status(run, RunStatus.COMPLETED, log=runner.log)
