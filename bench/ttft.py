@@ -103,6 +103,7 @@ async def agent_alone(turns: int, home: Path, cwd: Path) -> list[float]:
             session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
             times = []
             for turn in range(turns + 1):
+                await asyncio.sleep(PAUSE_SECONDS)  # paced as the turns through hermesweb are
                 client.first = asyncio.get_running_loop().create_future()
                 start = time.perf_counter()
                 prompt = asyncio.ensure_future(

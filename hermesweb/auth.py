@@ -40,8 +40,7 @@ def bearer_value(request: HttpRequest) -> str | None:
 def user_for_token(raw: str) -> Any | None:
     if not raw or len(raw) > _MAX_TOKEN_LENGTH:
         return None
-    token = ApiToken.authenticate(raw)
-    return token.user if token is not None else None
+    return ApiToken.user_for(raw)
 
 
 class BearerTokenAuth(HttpBearer):

@@ -223,7 +223,7 @@ def test_a_token_is_stored_hashed_and_shown_once() -> None:
     assert token.digest == hash_token(raw)
     assert raw not in (token.digest, token.prefix)
     assert raw.startswith(token.prefix)
-    assert ApiToken.authenticate(raw) == token
+    assert ApiToken.user_for(raw) == token.user
 
 
 def test_revoked_tokens_and_inactive_users_do_not_authenticate() -> None:
@@ -231,6 +231,6 @@ def test_revoked_tokens_and_inactive_users_do_not_authenticate() -> None:
     ApiToken.objects.filter(pk=revoked.pk).update(revoked_at=timezone.now())
     _, raw_inactive = ApiToken.issue(UserFactory(is_active=False))
 
-    assert ApiToken.authenticate(raw_revoked) is None
-    assert ApiToken.authenticate(raw_inactive) is None
-    assert ApiToken.authenticate("hw_unknown") is None
+    assert ApiToken.user_for(raw_revoked) is None
+    assert ApiToken.user_for(raw_inactive) is None
+    assert ApiToken.user_for("hw_unknown") is None
