@@ -219,6 +219,39 @@ def submit(http: http.client.HTTPConnection, token: str, session_id: int) -> tup
     return start, accepted, int(json.loads(data)["run_id"])
 
 
+# ---------------------------------------------------------------- the floor
+
+
+def the_floor(bench: S.BenchEnv, turns: int, log_dir: Path) -> list[float]:
+    """bench/ttft_floor.py: the path's durable commits and hops with raw drivers, same pacing."""
+    from bench import ttft_floor
+
+    script = str(Path(__file__).with_name("ttft_floor.py"))
+    port = S.free_port()
+    prefix = f"hermesweb-bench-floor-{uuid.uuid4().hex[:8]}"
+    web = S.Proc(
+        "floor-web",
+        [sys.executable, script, "web", str(port), bench.database_url, S.REDIS_URL, prefix],
+        bench.env,
+        log_dir,
+    )
+    runner = None
+    try:
+        S.wait_listening(web, port)
+        runner = S.Proc(
+            "floor-runner",
+            [sys.executable, script, "runner", bench.database_url, S.REDIS_URL, prefix],
+            bench.env,
+            log_dir,
+        )
+        S.wait_for(lambda: "ready" in runner.log(), 30, what="the floor's runner to subscribe")
+        return asyncio.run(ttft_floor.measure(port, turns, PAUSE_SECONDS))
+    finally:
+        if runner is not None:
+            runner.stop()
+        web.stop()
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -263,6 +296,8 @@ def main() -> None:
     home = bench.data_dir / "agent-alone"
     home.mkdir()
     alone = asyncio.run(agent_alone(turns, home, Path(session.project.path)))
+    S.log(f"ttft: {turns} turns through the floor (raw drivers, the same commits and hops)")
+    floor = the_floor(bench, turns, log_dir)
 
     def ms(values: list[float], q: float) -> float:
         return 1000 * S.percentile(values, q)
@@ -270,7 +305,8 @@ def main() -> None:
     S.log(
         f"ttft: accepted p50 {ms(hermesweb['accepted'], 50):.1f} ms, "
         f"run.started p50 {ms(hermesweb['run_started'], 50):.1f} ms, "
-        f"first token p50 {ms(hermesweb['first_token'], 50):.1f} ms; agent alone p50 {ms(alone, 50):.2f} ms"
+        f"first token p50 {ms(hermesweb['first_token'], 50):.1f} ms; agent alone p50 {ms(alone, 50):.2f} ms; "
+        f"floor p50 {ms(floor, 50):.2f} ms"
     )
     for step, values in breakdown.items():
         S.log(f"ttft:   {step:42} p50 {ms(values, 50):6.1f} ms")
@@ -299,6 +335,8 @@ def main() -> None:
                 value=total - own,
                 unit="ms",
                 higher_is_better=False,
+                ceiling="floor: 3 commits, 5 hops, raw drivers",
+                ceiling_value=ms(floor, q),
                 target=TARGET_MS if q == 50 else None,
                 target_text="≤ 5 ms" if q == 50 else "",
             )
