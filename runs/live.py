@@ -376,6 +376,10 @@ class SessionFeed:
         self.subscribers: set[Subscription] = set()
         self.heads: dict[int, int] = {}  # run id → highest seq broadcast
         self.watched: set[int] = set()  # runs still to be polled although no longer active
+        # Run id → (a last_seq the database had that this feed had not broadcast, loop time first
+        # seen): with a doorbell across processes a gap is repaired only once it outlived a poll
+        # interval; younger ones are usually notifications on their way (see _still_in_flight).
+        self.gaps: dict[int, tuple[int, float]] = {}
         self.floor = 0  # runs up to this id that were not active at start are not followed
         self.newest = 0  # the poll also looks for runs above this id
         self.marker: tuple[Any, ...] | None = None
@@ -502,8 +506,13 @@ class SessionFeed:
                 self.session_id
             ]
         heads, marker = state
+        end_in_flight = False
         async with self.lock:
             for head in heads:
+                if self._still_in_flight(head):
+                    # A snapshot that shows the run ended goes out after its `done`, not before.
+                    end_in_flight = end_in_flight or head.terminal
+                    continue
                 if await self._advance(head.run_id, head.last_seq, []):
                     # Read from the database, so perhaps state events: a snapshot read meanwhile
                     # is stale. This check reads its own after (no wake: without Redis every
@@ -513,8 +522,34 @@ class SessionFeed:
                     self.watched.discard(head.run_id)
         if marker is None:
             self._broadcast(("gone",))
-        elif marker != self.marker:
+        elif marker != self.marker and not end_in_flight:
             await self._refresh_snapshot(marker)
+
+    def _still_in_flight(self, head: RunHead) -> bool:
+        """Whether the events between what this feed broadcast and `head` may still be coming.
+
+        With the doorbell across processes, a poll nearly always finds the last few commits'
+        notifications in flight (Redis, the web's journal channel, the feed's inbox). Read
+        at once, every streaming run of every feed cost a page read per poll for events
+        the notification then brought again: a fifth of the web process's CPU with 100 runs
+        streaming (bench/README.md, round five). Only a gap still open a poll interval after
+        it was first seen is read from the database. Without the doorbell the poll is the
+        delivery: no grace.
+        """
+        if not (self.crosses_processes and self.channel is not None):
+            return False
+        have = self.heads.get(head.run_id)
+        if have is not None and have >= head.last_seq:
+            self.gaps.pop(head.run_id, None)
+            return False
+        now = asyncio.get_running_loop().time()
+        seen = self.gaps.get(head.run_id)
+        if seen is not None and (have or 0) < seen[0] and now - seen[1] >= self.poll_interval():
+            del self.gaps[head.run_id]
+            return False  # the notifications for what was missing then never came
+        if seen is None or (have or 0) >= seen[0]:
+            self.gaps[head.run_id] = (head.last_seq, now)
+        return True
 
     async def _refresh_snapshot(self, marker: Marker) -> None:
         """Read the snapshot and broadcast it if it changed, unless the session changed meanwhile.

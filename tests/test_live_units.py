@@ -414,3 +414,70 @@ def test_a_snapshot_read_while_a_poll_repairs_events_is_read_again(monkeypatch: 
     async_to_sync(scenario)()
     assert sub.items == [("events", run.pk, [1]), ("session",)]
     assert feed.snapshot_frame is not None and '"read":2' in feed.snapshot_frame
+
+
+@pytest.mark.django_db(transaction=True)
+def test_with_a_doorbell_a_poll_reads_a_gap_only_once_it_outlived_a_poll_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    session = factories.SessionFactory()
+    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    journal.append_batch(run.pk, deltas(4), publish=False)
+    monkeypatch.setattr(live, "poll_seconds", lambda crosses: 0.2)
+    reads: list[tuple[int, int]] = []
+    real_read_page = live.read_page
+
+    def read_page(run_id: int, after: int, upto: int | None = None) -> Any:
+        reads.append((after, upto or 0))
+        return real_read_page(run_id, after, upto)
+
+    monkeypatch.setattr(live, "read_page", read_page)
+    feed = live.SessionFeed(session.pk)
+    feed.crosses_processes, feed.channel = True, "a-channel"  # as if subscribed through Redis
+    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
+    sub = Collector()
+    feed.subscribers.add(sub)  # type: ignore[arg-type]
+
+    def head(last_seq: int) -> live.PollState:
+        return [live.RunHead(run.pk, last_seq, RunStatus.RUNNING)], ("m",)
+
+    def notification(seqs: range) -> dict[str, Any]:
+        events = [{"run_id": run.pk, "session_id": session.pk, "seq": seq, "terminal": False} for seq in seqs]
+        return {"type": "run.events", "run_id": run.pk, "last_seq": seqs[-1], "events": events}
+
+    async def scenario() -> None:
+        await feed.check(head(2))  # seqs 1-2 committed, their notification on its way
+        assert reads == []
+        await feed.on_message(notification(range(1, 3)))  # ... and here it is
+        await feed.check(head(4))  # a newer gap, just seen
+        await asyncio.sleep(0.25)
+        await feed.check(head(4))  # 3-4 never came: a poll interval later they are read
+        assert reads == [(2, 4)]
+
+    async_to_sync(scenario)()
+    assert [item[2] for item in sub.items if item[0] == "events"] == [[1, 2], [3, 4]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_snapshot_showing_a_run_ended_waits_for_its_done_still_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    session = factories.SessionFactory()
+    run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
+    journal.append_batch(run.pk, [*deltas(1), journal.done_event("completed")], publish=False)
+    monkeypatch.setattr(live, "poll_seconds", lambda crosses: 0.2)
+    feed = live.SessionFeed(session.pk)
+    feed.crosses_processes, feed.channel = True, "a-channel"
+    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
+    sub = Collector()
+    feed.subscribers.add(sub)  # type: ignore[arg-type]
+    ended: live.PollState = ([live.RunHead(run.pk, 2, RunStatus.COMPLETED)], ("ended",))
+
+    async def scenario() -> None:
+        await feed.check(ended)
+        assert sub.items == [] and feed.marker is None
+        await asyncio.sleep(0.25)
+        await feed.check(ended)  # the notification never came: read, then the snapshot
+
+    async_to_sync(scenario)()
+    assert sub.items == [("events", run.pk, [1, 2]), ("session",)]
