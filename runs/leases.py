@@ -143,7 +143,8 @@ def _claim_statement() -> str:
     quote = connection.ops.quote_name
     run, session, project = (quote(model._meta.db_table) for model in (Run, Session, Project))
     return (
-        f"WITH next AS (SELECT id, created_at FROM {run} WHERE status = %s "
+        # MATERIALIZED: the two rows are locked once and both readers see the same two.
+        f"WITH next AS MATERIALIZED (SELECT id, created_at FROM {run} WHERE status = %s "
         "ORDER BY created_at, id LIMIT 2 FOR UPDATE SKIP LOCKED), "
         f"claimed AS (UPDATE {run} SET status = %s, lease_owner = %s, lease_expires_at = %s, "
         "started_at = %s WHERE id = (SELECT id FROM next ORDER BY created_at, id LIMIT 1) "

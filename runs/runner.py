@@ -198,7 +198,8 @@ class RunnerProcess:
         """Updates after a turn ended (Hermes sends commands/usage late): keep the commands."""
         translator = Translator()
         translator.translate(update)
-        if translator.commands is not None:
+        if translator.commands is not None and process.stored_commands.get(session_id) != translator.commands:
+            process.stored_commands[session_id] = translator.commands  # what runs compare theirs with
             task = asyncio.ensure_future(sync_to_async(_store_commands)(session_id, translator.commands))
             self._background.add(task)
             task.add_done_callback(self._background.discard)

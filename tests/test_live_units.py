@@ -416,6 +416,17 @@ def test_a_snapshot_read_while_a_poll_repairs_events_is_read_again(monkeypatch: 
     assert feed.snapshot_frame is not None and '"read":2' in feed.snapshot_frame
 
 
+def doorbell_feed(monkeypatch: pytest.MonkeyPatch, run: Any) -> tuple[live.SessionFeed, Collector]:
+    """`run`'s session feed, as if subscribed through Redis, polling every 0.2 s, with one subscriber."""
+    monkeypatch.setattr(live, "poll_seconds", lambda crosses: 0.2)
+    feed = live.SessionFeed(run.session_id)
+    feed.crosses_processes, feed.channel = True, "a-channel"
+    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
+    sub = Collector()
+    feed.subscribers.add(sub)  # type: ignore[arg-type]
+    return feed, sub
+
+
 @pytest.mark.django_db(transaction=True)
 def test_with_a_doorbell_a_poll_reads_a_gap_only_once_it_outlived_a_poll_interval(
     monkeypatch: pytest.MonkeyPatch,
@@ -423,7 +434,6 @@ def test_with_a_doorbell_a_poll_reads_a_gap_only_once_it_outlived_a_poll_interva
     session = factories.SessionFactory()
     run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
     journal.append_batch(run.pk, deltas(4), publish=False)
-    monkeypatch.setattr(live, "poll_seconds", lambda crosses: 0.2)
     reads: list[tuple[int, int]] = []
     real_read_page = live.read_page
 
@@ -432,11 +442,7 @@ def test_with_a_doorbell_a_poll_reads_a_gap_only_once_it_outlived_a_poll_interva
         return real_read_page(run_id, after, upto)
 
     monkeypatch.setattr(live, "read_page", read_page)
-    feed = live.SessionFeed(session.pk)
-    feed.crosses_processes, feed.channel = True, "a-channel"  # as if subscribed through Redis
-    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
-    sub = Collector()
-    feed.subscribers.add(sub)  # type: ignore[arg-type]
+    feed, sub = doorbell_feed(monkeypatch, run)
 
     def head(last_seq: int) -> live.PollState:
         return [live.RunHead(run.pk, last_seq, RunStatus.RUNNING)], ("m",)
@@ -465,12 +471,7 @@ def test_a_snapshot_showing_a_run_ended_waits_for_its_done_still_in_flight(
     session = factories.SessionFactory()
     run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
     journal.append_batch(run.pk, [*deltas(1), journal.done_event("completed")], publish=False)
-    monkeypatch.setattr(live, "poll_seconds", lambda crosses: 0.2)
-    feed = live.SessionFeed(session.pk)
-    feed.crosses_processes, feed.channel = True, "a-channel"
-    feed.heads, feed.floor = {run.pk: 0}, run.pk - 1
-    sub = Collector()
-    feed.subscribers.add(sub)  # type: ignore[arg-type]
+    feed, sub = doorbell_feed(monkeypatch, run)
     ended: live.PollState = ([live.RunHead(run.pk, 2, RunStatus.COMPLETED)], ("ended",))
 
     async def scenario() -> None:
