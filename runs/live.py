@@ -530,11 +530,12 @@ class SessionFeed:
 
         With the doorbell across processes, a poll nearly always finds the last few commits'
         notifications in flight (Redis, the web's journal channel, the feed's inbox). Read
-        at once, every streaming run of every feed cost a page read per poll for events
-        the notification then brought again: a fifth of the web process's CPU with 100 runs
-        streaming (bench/README.md, round five). Only a gap still open a poll interval after
-        it was first seen is read from the database. Without the doorbell the poll is the
-        delivery: no grace.
+        at once, every streaming run cost a page read per poll for events the notification
+        then brought again, and the read waited its turn on the web's one database thread
+        while holding the feed's lock, with that feed's live events waiting behind it: the
+        viewers' p99 with 100 runs streaming was ~1.2 s on a slow box (bench/README.md,
+        round five). Only a gap still open a poll interval after it was first seen is read
+        from the database. Without the doorbell the poll is the delivery: no grace.
         """
         if not (self.crosses_processes and self.channel is not None):
             return False
