@@ -198,8 +198,10 @@ class RunnerProcess:
         """Updates after a turn ended (Hermes sends commands/usage late): keep the commands."""
         translator = Translator()
         translator.translate(update)
-        if translator.commands is not None and process.stored_commands.get(session_id) != translator.commands:
-            process.stored_commands[session_id] = translator.commands  # what runs compare theirs with
+        if translator.commands is not None:
+            # Written here only if a session already holds this agent session id (not yet, during
+            # session/new): the next run of it compares its commands with nothing and writes them.
+            process.stored_commands.pop(session_id, None)
             task = asyncio.ensure_future(sync_to_async(_store_commands)(session_id, translator.commands))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
