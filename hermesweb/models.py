@@ -21,11 +21,6 @@ def hash_token(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-class ApiTokenQuerySet(models.QuerySet["ApiToken"]):
-    def active(self) -> ApiTokenQuerySet:
-        return self.filter(revoked_at__isnull=True, user__is_active=True)
-
-
 class ApiToken(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
     name = models.CharField(max_length=100, blank=True)
@@ -34,8 +29,6 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
-
-    objects = ApiTokenQuerySet.as_manager()
 
     class Meta:
         verbose_name = "API token"
@@ -72,6 +65,7 @@ class ApiToken(models.Model):
 
 @lru_cache(maxsize=1)
 def _user_for_statement() -> str:
+    # A token authenticates while it is not revoked and its user is active.
     quote = connection.ops.quote_name
     user, token = quote(get_user_model()._meta.db_table), quote(ApiToken._meta.db_table)
     return (

@@ -203,6 +203,7 @@ def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) ->
     return results
 
 
+@lru_cache(maxsize=1)  # PostgreSQL only; built once, not on every append
 def _group_statement() -> str:
     ended = ", ".join(["%s"] * len(TERMINAL_STATES))
     return _sql(
