@@ -1,0 +1,152 @@
+"""Submitting a message as a statement of its own (no caller transaction): the API's case.
+
+On PostgreSQL a new turn of an idle session is one statement that commits alone
+(runs.services._new_turn_postgres); every other case takes the full path under the
+session's lock. These tests run with real commits, so both paths and their races are
+exercised as the API meets them.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from intents.models import PendingIntent
+from projects.models import Session, SessionStatus
+from runs import services
+from runs.models import Run, RunStatus
+from tests.conftest import token_client
+from tests.factories import RunFactory, SessionFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def submit(user: Any, session: Any, client_id: str, text: str = "Run the tests", **kw: Any) -> Any:
+    return services.do_submit_message_as(user, session.pk, client_id=client_id, text=text, **kw)
+
+
+@pytest.mark.postgres
+def test_a_new_turn_is_one_statement_on_postgres(user: Any) -> None:
+    session = SessionFactory(project__owner=user)
+    with CaptureQueriesContext(connection) as queries:
+        result = submit(user, session, "c1", attachments=[{"name": "log.txt", "size": 3}])
+
+    assert len(queries) == 1
+    run = Run.objects.get(pk=result.run_id)
+    assert (result.kind, result.status, result.duplicate) == ("run", "queued", False)
+    assert (run.client_id, run.prompt_text, run.status) == ("c1", "Run the tests", RunStatus.QUEUED)
+    assert run.attachments == [{"name": "log.txt", "size": 3}]
+    # The instance handed back is the row as stored.
+    assert (result.run.created_at, result.run.source) == (run.created_at, run.source)
+    session.refresh_from_db()
+    assert session.updated_at == run.created_at
+
+
+@pytest.mark.postgres
+def test_a_new_turn_costs_the_api_two_queries_on_postgres(user: Any) -> None:
+    session = SessionFactory(project__owner=user)
+    client = token_client(user)
+    client.get("/api/projects")  # the token's first use also records it
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(
+            f"/api/sessions/{session.pk}/messages",
+            {"client_id": "c1", "text": "hi"},
+            content_type="application/json",
+        )
+    assert response.status_code == 202
+    # The token, and the turn.
+    assert len(queries) == 2
+
+
+def test_the_same_client_id_again_is_the_first_answer(user: Any) -> None:
+    session = SessionFactory(project__owner=user)
+    first = submit(user, session, "same")
+    again = submit(user, session, "same", text="something else")
+
+    assert (again.run_id, again.duplicate) == (first.run_id, True)
+    assert Run.objects.count() == 1
+
+
+def test_a_message_while_a_run_is_active_becomes_an_intent(user: Any) -> None:
+    session = SessionFactory(project__owner=user)
+    active = RunFactory(session=session, status=RunStatus.RUNNING)
+
+    result = submit(user, session, "q1")
+
+    assert (result.kind, result.run_id) == ("queue", None)
+    assert PendingIntent.objects.get(pk=result.intent_id).session_id == session.pk
+    assert list(Run.objects.values_list("pk", flat=True)) == [active.pk]
+
+
+def test_the_client_id_of_a_queued_intent_is_that_intent_again(user: Any) -> None:
+    session = SessionFactory(project__owner=user)
+    active = RunFactory(session=session, status=RunStatus.RUNNING)
+    queued = submit(user, session, "q1")
+    Run.objects.filter(pk=active.pk).update(status=RunStatus.COMPLETED)
+
+    again = submit(user, session, "q1")
+
+    assert (again.kind, again.intent_id, again.duplicate) == ("queue", queued.intent_id, True)
+    assert Run.objects.count() == 1
+
+
+def test_an_archived_session_refuses_and_writes_nothing(user: Any) -> None:
+    session = SessionFactory(project__owner=user, status=SessionStatus.ARCHIVED)
+
+    with pytest.raises(services.SubmitRefused) as refused:
+        submit(user, session, "c1")
+
+    assert refused.value.code == "session_archived"
+    assert not Run.objects.exists()
+
+
+def test_another_users_session_does_not_exist_for_them(user: Any, other_user: Any, staff_user: Any) -> None:
+    session = SessionFactory(project__owner=other_user)
+
+    with pytest.raises(Session.DoesNotExist):
+        submit(user, session, "c1")
+    assert not Run.objects.exists()
+    # Staff see every session.
+    assert submit(staff_user, session, "c2").kind == "run"
+
+
+@pytest.mark.parametrize("same_client_id", [False, True], ids=["two-messages", "one-message-twice"])
+def test_simultaneous_submits_to_an_idle_session_start_one_turn(user: Any, same_client_id: bool) -> None:
+    # Whichever interleaving the two commits get, the database's constraints decide: one
+    # turn, and the other message queued behind it (or answered as the repeat it is).
+    rounds, results = 8, []
+    for round_ in range(rounds):
+        session = SessionFactory(project__owner=user)
+        barrier = threading.Barrier(2)
+        answers: list[Any] = [None, None]
+
+        def send(slot: int, session: Any = session, round_: int = round_) -> None:
+            try:
+                barrier.wait(10)
+                client_id = f"r{round_}" if same_client_id else f"r{round_}-{slot}"
+                answers[slot] = submit(user, session, client_id)
+            except Exception as exc:  # surfaced by the assertions below
+                answers[slot] = exc
+            finally:
+                connection.close()
+
+        threads = [threading.Thread(target=send, args=(slot,)) for slot in (0, 1)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        results.append(answers)
+        assert Run.objects.filter(session=session).count() == 1, answers
+        kinds = sorted(answer.kind for answer in answers)
+        if same_client_id:
+            assert kinds == ["run", "run"]
+            assert sorted(answer.duplicate for answer in answers) == [False, True]
+            assert answers[0].run_id == answers[1].run_id
+        else:
+            assert kinds == ["queue", "run"]
+            assert PendingIntent.objects.filter(session=session).count() == 1
+    assert len(results) == rounds
