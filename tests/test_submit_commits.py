@@ -114,32 +114,38 @@ def test_another_users_session_does_not_exist_for_them(user: Any, other_user: An
     assert submit(staff_user, session, "c2").kind == "run"
 
 
+def submit_at_once(user: Any, session: Any, client_ids: list[str]) -> list[Any]:
+    """Each client id submitted from a thread of its own, released together; answers or errors."""
+    barrier = threading.Barrier(len(client_ids))
+    answers: list[Any] = [None] * len(client_ids)
+
+    def send(slot: int) -> None:
+        try:
+            barrier.wait(10)
+            answers[slot] = submit(user, session, client_ids[slot])
+        except Exception as exc:  # surfaced by the caller's assertions
+            answers[slot] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=send, args=(slot,)) for slot in range(len(client_ids))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return answers
+
+
 @pytest.mark.parametrize("same_client_id", [False, True], ids=["two-messages", "one-message-twice"])
 def test_simultaneous_submits_to_an_idle_session_start_one_turn(user: Any, same_client_id: bool) -> None:
     # Whichever interleaving the two commits get, the database's constraints decide: one
     # turn, and the other message queued behind it (or answered as the repeat it is).
-    rounds, results = 8, []
-    for round_ in range(rounds):
+    for round_ in range(8):
         session = SessionFactory(project__owner=user)
-        barrier = threading.Barrier(2)
-        answers: list[Any] = [None, None]
+        ids = [f"r{round_}"] * 2 if same_client_id else [f"r{round_}-a", f"r{round_}-b"]
 
-        def send(slot: int, session: Any = session, round_: int = round_) -> None:
-            try:
-                barrier.wait(10)
-                client_id = f"r{round_}" if same_client_id else f"r{round_}-{slot}"
-                answers[slot] = submit(user, session, client_id)
-            except Exception as exc:  # surfaced by the assertions below
-                answers[slot] = exc
-            finally:
-                connection.close()
+        answers = submit_at_once(user, session, ids)
 
-        threads = [threading.Thread(target=send, args=(slot,)) for slot in (0, 1)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        results.append(answers)
         assert Run.objects.filter(session=session).count() == 1, answers
         kinds = sorted(answer.kind for answer in answers)
         if same_client_id:
@@ -149,4 +155,3 @@ def test_simultaneous_submits_to_an_idle_session_start_one_turn(user: Any, same_
         else:
             assert kinds == ["queue", "run"]
             assert PendingIntent.objects.filter(session=session).count() == 1
-    assert len(results) == rounds
