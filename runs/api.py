@@ -46,9 +46,7 @@ AgentId = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$
 
 
 def submit_refused(exc: run_services.SubmitRefused) -> ApiError:
-    # The message itself is wrong (422) versus the session's state forbids it (409).
-    status = 422 if exc.code in ("invalid_mode", "empty_message") else 409
-    return ApiError(status, exc.code, exc.message)
+    return ApiError(exc.status, exc.code, exc.message)
 
 
 def invalid_control(exc: controls.InvalidControl) -> ApiError:

@@ -1,8 +1,9 @@
 """The session socket: `/ws/sessions/{id}/` (protocol and design: docs/live-delivery.md).
 
-Thin: it authenticates, parses frames and answers pings; runs.live does the
-delivery. Refusals close with application codes after the handshake, so a
-browser can tell "sign in again" (4401) from "no such session" (4404).
+Thin: it authenticates, parses frames, answers pings and hands submits to
+runs.live.answer_submit; runs.live does the delivery. Refusals close with
+application codes after the handshake, so a browser can tell "sign in again"
+(4401) from "no such session" (4404).
 """
 
 from __future__ import annotations
@@ -54,16 +55,39 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         try:
             message = live.parse_client_message(text_data)
+        except live.InvalidSubmit as exc:
+            refusal = live.refused_frame(exc.client_id, 422, exc.code, str(exc), details=exc.details)
+            await self.send(text_data=refusal)
+            return
         except live.BadRequest as exc:
             await self.send(text_data=live.error_frame(exc.code, str(exc)))
             return
         if isinstance(message, live.Ping):
             await self.send(text_data=live.PONG)
             return
+        if isinstance(message, live.Submit):
+            await self._submit(message)
+            return
         # A new subscribe replaces the previous one: its cursors are the client's truth now.
         await self._stop_subscription()
         self.subscription = live.Subscription(self.session_id, message.after, self._send_text)
         self._subscription_task = asyncio.ensure_future(self._follow(self.subscription))
+
+    async def _submit(self, message: live.Submit) -> None:
+        try:
+            frame, signed_out = await database_sync_to_async(live.answer_submit)(
+                self.scope, self.session_id, message
+            )
+        except Exception:
+            # Nothing was lost: the client id makes the client's retry (over HTTP) the same message.
+            log.exception("session %s: submit over the socket failed", self.session_id)
+            frame, signed_out = (
+                live.refused_frame(message.message.client_id, 500, "internal_error", "The server failed."),
+                False,
+            )
+        await self.send(text_data=frame)
+        if signed_out:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def disconnect(self, code: int) -> None:
         if self._heartbeat_task is not None:

@@ -25,17 +25,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+import pydantic
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Count, Max, Q
 
+from hermesweb.auth import socket_user_now
 from hermesweb.env import env_float
+from hermesweb.errors import validation_details
 from intents.models import PendingIntent
 from intents.services import intent_dict
 from projects.models import Session
-from runs import journal, notify
+from runs import journal, notify, services
 from runs.models import ACTIVE_STATUSES, TERMINAL_STATUSES, EventType, Run
+from runs.schemas import MessageIn, SubmitOut
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +115,25 @@ class Ping:
     pass
 
 
-def parse_client_message(text: str | None) -> Subscribe | Ping:
+@dataclass(frozen=True)
+class Submit:
+    """A message from the composer, as `POST /api/sessions/{id}/messages` takes it (MessageIn)."""
+
+    message: MessageIn
+
+
+class InvalidSubmit(BadRequest):
+    """A submit frame whose message is invalid: answered as that message's refusal."""
+
+    code = "validation_error"
+
+    def __init__(self, client_id: str | None, message: str, details: list[dict[str, Any]]) -> None:
+        super().__init__(message)
+        self.client_id = client_id
+        self.details = details
+
+
+def parse_client_message(text: str | None) -> Subscribe | Ping | Submit:
     """Validate one client frame; raises BadRequest with a message for the client."""
     if text is None:
         raise BadRequest("frames must be JSON text, not binary")
@@ -126,8 +148,10 @@ def parse_client_message(text: str | None) -> Subscribe | Ping:
     kind = message.get("type")
     if kind == "ping":
         return Ping()
+    if kind == "submit":
+        return _parse_submit(message)
     if kind != "subscribe":
-        raise BadRequest(f"unknown message type {kind!r}; expected 'subscribe' or 'ping'")
+        raise BadRequest(f"unknown message type {kind!r}; expected 'subscribe', 'submit' or 'ping'")
     after = message.get("after")
     if after is None:
         after = {}
@@ -143,6 +167,60 @@ def parse_client_message(text: str | None) -> Subscribe | Ping:
             raise BadRequest(f"cursor for run {key} must be an integer seq ≥ 0")
         cursors[int(key)] = seq
     return Subscribe(cursors)
+
+
+def _parse_submit(message: dict[str, Any]) -> Submit:
+    fields = {key: value for key, value in message.items() if key != "type"}
+    try:
+        return Submit(MessageIn.model_validate(fields))
+    except pydantic.ValidationError as exc:
+        client_id = fields.get("client_id")
+        if not isinstance(client_id, str) or not 1 <= len(client_id) <= 100:
+            # No id to answer to: the frame itself is malformed.
+            raise BadRequest("a submit needs a 'client_id' of 1 to 100 characters") from None
+        # Located as the POST's would be: in the body.
+        errors = [{**error, "loc": ("body", "payload", *error["loc"])} for error in exc.errors()]
+        details = validation_details(errors)
+        fields_text = ", ".join(sorted({detail["field"] for detail in details}))
+        raise InvalidSubmit(client_id, f"Invalid input: {fields_text}.", details) from None
+
+
+def submitted_frame(client_id: str, result: SubmitOut) -> str:
+    return encode({"type": "submitted", "client_id": client_id, "result": result.model_dump()})
+
+
+def refused_frame(client_id: str, status: int, code: str, message: str, **extra: Any) -> str:
+    """The submit's answer when it is refused: `status` is the HTTP status the POST would have had."""
+    error = {"status": status, "code": code, "message": message, **extra}
+    return encode({"type": "submitted", "client_id": client_id, "error": error})
+
+
+def answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> tuple[str, bool]:
+    """A socket's submit, done as the POST does it; its `submitted` frame (sync: a thread's).
+
+    The composer sends over the socket it already holds: no HTTP request, no second
+    authentication of a new connection (bench/README.md, round six). The flag says the
+    socket's sign-in is gone: the caller closes it with 4401 after sending the frame.
+    """
+    message = submit.message
+    client_id = message.client_id
+    user = socket_user_now(scope)
+    if user is None:
+        return refused_frame(client_id, 401, "not_authenticated", "Signed out: sign in again to send."), True
+    try:
+        result = services.do_submit_message_as(
+            user,
+            session_id,
+            client_id=client_id,
+            text=message.text,
+            mode=message.mode,
+            attachments=message.attachments,
+        )
+    except Session.DoesNotExist:
+        return refused_frame(client_id, 404, "not_found", "No such session."), False
+    except services.SubmitRefused as exc:
+        return refused_frame(client_id, exc.status, exc.code, exc.message), False
+    return submitted_frame(client_id, SubmitOut.from_result(result)), False
 
 
 # ---------------------------------------------------------------- database reads (sync)

@@ -32,6 +32,11 @@ class SubmitRefused(Exception):
         self.code = code
         self.message = message
 
+    @property
+    def status(self) -> int:
+        """As HTTP: the message itself is wrong (422), or the session's state forbids it (409)."""
+        return 422 if self.code in ("invalid_mode", "empty_message") else 409
+
 
 @dataclass
 class SubmitResult:

@@ -7,6 +7,7 @@ Each test drives the bundled demo agent through its trigger words
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -335,42 +336,73 @@ def test_reasoning_tools_plan_and_a_failed_run(workbench: Workbench, session: An
     workbench.screenshot(page, "14-failed-run")
 
 
-def test_a_retry_after_a_network_error_reuses_the_client_id(workbench: Workbench, session: Any) -> None:
+def test_a_message_goes_over_the_socket_and_again_over_http_when_its_answer_is_lost(
+    workbench: Workbench, session: Any
+) -> None:
     page = workbench.new_page()
+    mode = {"submit": "pass"}
+    submitted: list[dict[str, Any]] = []  # submit frames the page sent
+    posted: list[dict[str, Any]] = []  # POSTs of messages that reached the route
+
+    def socket_route(ws: Any) -> None:
+        server = ws.connect_to_server()
+
+        def to_server(message: str | bytes) -> None:
+            frame = json.loads(message)
+            if frame.get("type") == "submit":
+                submitted.append(frame)
+                if mode["submit"] == "drop":
+                    ws.close()  # the socket dies as the message leaves: the server never sees it
+                    return
+            server.send(message)
+
+        def to_page(message: str | bytes) -> None:
+            if json.loads(message).get("type") == "submitted" and mode["submit"] == "lose_answer":
+                ws.close()  # the server took the message; its answer dies with the socket
+                return
+            ws.send(message)
+
+        ws.on_message(to_server)
+        server.on_message(to_page)
+
+    page.route_web_socket("**/ws/sessions/**", socket_route)
     open_session(page, session.pk)
-    posted: list[dict[str, Any]] = []
 
     def drop_before_the_server(route: Any) -> None:
         posted.append(route.request.post_data_json)
         route.abort()
 
+    # Neither way reaches the server: the message waits, marked, for a retry.
+    mode["submit"] = "drop"
     page.route("**/api/sessions/*/messages", drop_before_the_server)
     send(page, "hello fast")
-    failed = page.locator(".outgoing[data-state='failed']")
-    failed.wait_for()
+    page.locator(".outgoing[data-state='failed']").wait_for()
     workbench.screenshot(page, "15-message-not-sent")
+    assert submitted[0]["client_id"] == posted[0]["client_id"]
+    assert session.runs.count() == 0
     page.unroute("**/api/sessions/*/messages")
 
     def record(route: Any) -> None:
         posted.append(route.request.post_data_json)
         route.continue_()
 
+    # Live again, the page sends it again by itself: over the socket, with the same client
+    # id, and no HTTP request.
+    mode["submit"] = "pass"
     page.route("**/api/sessions/*/messages", record)
-    failed.get_by_role("button", name="Retry").click()
+    tried = len(posted)
     wait_settled(page, 1)
-    assert posted[0]["client_id"] == posted[1]["client_id"]
-    page.unroute("**/api/sessions/*/messages")
+    assert len(submitted) >= 2
+    assert {frame["client_id"] for frame in submitted} == {posted[0]["client_id"]}
+    assert len(posted) == tried
 
-    # The server took the message but its answer was lost: the turn still shows, once.
-    def lose_the_answer(route: Any) -> None:
-        posted.append(route.request.post_data_json)
-        route.fetch()
-        route.abort()
-
-    page.route("**/api/sessions/*/messages", lose_the_answer)
+    # The server took the message but its answer was lost: sent again over HTTP, the same
+    # message to the server, so the turn still shows once.
+    mode["submit"] = "lose_answer"
     send(page, "again fast")
     wait_settled(page, 2)
     page.unroute("**/api/sessions/*/messages")
+    assert posted[-1]["client_id"] == submitted[-1]["client_id"]
     assert page.evaluate("sessionStorage.getItem('hermesweb.outbox.v1')") == "[]"
     page.reload()
     wait_settled(page, 2)

@@ -128,3 +128,47 @@ def test_a_socket_reads_its_session_once_and_its_sends_pass_straight_through() -
         layers.append(type(stack))
         stack = getattr(stack, "inner", None) or getattr(stack, "application", None)
     assert SocketSessionMiddleware in layers and SessionMiddleware not in layers
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["nothing", "signed_out", "expired", "password_changed", "deactivated", "someone_else_signed_in"],
+)
+def test_a_sockets_sign_in_is_checked_again_as_djangos_get_user_would(change: str, settings: Any) -> None:
+    # socket_user_now reads the session and user in one statement (the default engine and
+    # backend) and must agree with Django's get_user, which it otherwise calls.
+    from datetime import timedelta
+
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.contrib.sessions.models import Session as DjangoSession
+    from django.utils import timezone
+
+    from hermesweb.auth import socket_user_now
+
+    user = factories.UserFactory()
+    key = session_cookie(user)
+    scope = {"user": user, "session": SessionStore(key)}
+    if change == "signed_out":
+        DjangoSession.objects.filter(session_key=key).delete()
+    elif change == "expired":
+        past = timezone.now() - timedelta(seconds=1)
+        DjangoSession.objects.filter(session_key=key).update(expire_date=past)
+    elif change == "password_changed":
+        user.set_password("changed elsewhere")
+        user.save()
+    elif change == "deactivated":
+        user.is_active = False
+        user.save()
+    elif change == "someone_else_signed_in":
+        scope["user"] = factories.UserFactory(username="someone-else")
+
+    fast = socket_user_now(scope)
+    settings.AUTHENTICATION_BACKENDS = [
+        "django.contrib.auth.backends.ModelBackend",
+        "django.contrib.auth.backends.RemoteUserBackend",
+    ]
+    generic = socket_user_now(scope)
+
+    assert (fast is None) == (generic is None) == (change != "nothing")
+    if fast is not None:
+        assert fast.pk == generic.pk == user.pk

@@ -436,12 +436,15 @@ export class SessionController {
   async post(entry) {
     this.showOutgoing(entry, 'sending');
     try {
-      const result = await api.submitMessage(this.sessionId, { client_id: entry.client_id, text: entry.text, mode: entry.mode });
+      const body = { client_id: entry.client_id, text: entry.text, mode: entry.mode };
+      // Over the socket when it is open; over HTTP when it is not, or could not tell.
+      const result = (await this.socket.submit(body)) ?? (await api.submitMessage(this.sessionId, body));
       outbox.remove(entry.client_id);
       this.acknowledge(entry, result);
     } catch (error) {
-      if (error instanceof NetworkError || (error instanceof ApiError && error.status >= 500)) {
+      if (error instanceof NetworkError || (error instanceof ApiError && (error.status >= 500 || error.status === 401))) {
         // Same client_id on retry: the server dedupes, so a retry never makes a second turn.
+        // Signed out: kept, and sent again once the page is live after signing in.
         outbox.update(entry.client_id, { failed: true });
         this.showOutgoing(entry, 'failed', 'Not sent: the server could not be reached.');
       } else {

@@ -1,4 +1,6 @@
 // The session socket (issue 4's protocol) with reconnect and resume.
+import { ApiError } from './api.js';
+
 //
 // On every (re)connect it subscribes with the cursors the app hands it
 // (`{run_id: last_seq}`), so the server replays only what the page lacks; the
@@ -15,6 +17,10 @@ const OFFLINE_AFTER = 4;
 // The server's application close codes (runs/consumers.py).
 const CLOSE_UNAUTHENTICATED = 4401;
 const CLOSE_NOT_FOUND = 4404;
+// The server reads frames up to 64 KiB (runs/live.py); a longer message goes over HTTP.
+const SUBMIT_MAX_CHARS = 60000;
+// A submit not answered by then is sent again over HTTP (the same client_id: the same message).
+const SUBMIT_ANSWER_MS = 8000;
 
 export class SessionSocket {
   constructor({ sessionId, cursors, onEvent, onSession, onError, onState, onReconnectTick, onFatal }) {
@@ -34,6 +40,7 @@ export class SessionSocket {
     this.pingTimer = null;
     this.lastMessageAt = 0;
     this.nextAttemptAt = 0;
+    this.submits = new Map(); // client_id → settle(result | ApiError | null)
     window.addEventListener('online', () => this.reconnectNow());
     window.addEventListener('offline', () => this.setState('offline'));
     document.addEventListener('visibilitychange', () => {
@@ -111,11 +118,14 @@ export class SessionSocket {
       if (data.type === 'event' && data.event) this.onEvent(data.event);
       else if (data.type === 'events' && Array.isArray(data.events)) data.events.forEach((e) => this.onEvent(e));
       else if (data.type === 'session' && data.session) this.onSession(data.session);
+      else if (data.type === 'submitted') this.submits.get(data.client_id)?.(data);
       else if (data.type === 'error') this.onError(data.code, data.message, data);
     };
     ws.onclose = (event) => {
       clearInterval(this.pingTimer);
       if (this.ws !== ws) return;
+      // Answers that will not come now: each goes again over HTTP.
+      for (const settle of [...this.submits.values()]) settle(null);
       this.ws = null;
       if (this.stopped) return;
       if (event.code === 4000) {
@@ -148,6 +158,32 @@ export class SessionSocket {
 
   send(message) {
     if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(JSON.stringify(message));
+  }
+
+  // Send a message over this socket: the POST's rules and answers without an HTTP request,
+  // the shortest way to the first token. Resolves with the POST's result, rejects with an
+  // ApiError when refused, and resolves null when it cannot tell (not connected, too long,
+  // closed or silent before the answer): the caller then POSTs the same client_id.
+  submit(body) {
+    const frame = JSON.stringify({ type: 'submit', ...body });
+    if (!this.ws || this.ws.readyState !== WebSocket.OPEN || frame.length > SUBMIT_MAX_CHARS) {
+      return Promise.resolve(null);
+    }
+    return new Promise((resolve, reject) => {
+      const settle = (data) => {
+        if (this.submits.get(body.client_id) !== settle) return;
+        this.submits.delete(body.client_id);
+        clearTimeout(timer);
+        if (data?.error) {
+          const { status, code, message, details } = data.error;
+          reject(new ApiError(status, code, message, details));
+        } else resolve(data ? data.result : null);
+      };
+      const timer = setTimeout(() => settle(null), SUBMIT_ANSWER_MS);
+      this.submits.get(body.client_id)?.(null);
+      this.submits.set(body.client_id, settle);
+      this.ws.send(frame);
+    });
   }
 
   scheduleReconnect() {
