@@ -29,7 +29,7 @@ from projects.models import Session
 from runs import journal, leases, notify
 from runs.agents import AgentDied, AgentProcess
 from runs.journal import AlreadyTerminal, NewEvent, done_event
-from runs.models import Control, ControlKind, ControlState, EventType, JournalEvent, Run, RunStatus
+from runs.models import Control, ControlKind, ControlState, EventType, Run, RunStatus
 from runs.translate import Translator, as_dict, per_turn_usage
 from runs.writer import JournalWriter
 
@@ -52,26 +52,25 @@ class RunAborted(Exception):
 
 @dataclass
 class Claimed:
-    """A run this runner took, with what executing it needs and its run.started already journaled."""
+    """A run this runner took, with what executing it needs."""
 
     ctx: dict[str, Any]
-    started: list[JournalEvent]
     more: bool = False  # another queued run was seen: claim again at once
 
 
 def claim_and_start(runner_id: str) -> Claimed | None:
-    """Claim the oldest queued run, read its context, journal run.started: one transaction.
+    """Claim the oldest queued run and read its context: on PostgreSQL one statement, alone.
 
-    As three steps, each a thread hop of its own and two of them commits, they took ~10 ms of
-    time-to-first-token here; as one, ~6 (bench/README.md, ttft). Publishing is the caller's.
+    Its run.started is the execution's first event, written by the run's writer while the
+    agent is prompted: in the claim's transaction it cost every first token a round trip
+    and most of a commit more, ~1.2 ms here (bench/README.md, round six). The claim is
+    durable before the agent is prompted; a runner that dies before run.started is written
+    leaves a claimed run that the reaper marks interrupted, as it would any other.
     """
-    with transaction.atomic():
-        claimed, more = leases.claim_in_transaction(runner_id)
-        if claimed is None:
-            return None
-        ctx = _load_context(claimed)
-        rows, _ = journal.append_unpublished(claimed.run_id, [_started_event(ctx, runner_id)])
-    return Claimed(ctx, rows, more)
+    claimed, more = leases.claim_in_transaction(runner_id)
+    if claimed is None:
+        return None
+    return Claimed(_load_context(claimed), more)
 
 
 def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:
@@ -95,7 +94,6 @@ class RunExecution:
     def __init__(self, runner: RunnerProcess, claimed: Claimed) -> None:
         self.runner = runner
         self.run_id: int = claimed.ctx["run_id"]
-        self.started = claimed.started
         self.writer = JournalWriter(self.run_id)
         self.translator = Translator()
         self.process: AgentProcess | None = None
@@ -143,12 +141,8 @@ class RunExecution:
                 await self.runner.pool.release(self.process)
 
     async def _execute(self) -> None:
-        # run.started committed with the claim. Its notification goes out while the agent is
-        # prompted, and before anything else of this run's: the writer waits for it.
-        session_id = self.ctx["session_id"]
-        self.writer.publish_after(
-            notify.apublish_events(session_id, self.run_id, journal.envelopes(self.started, session_id))
-        )
+        # Written while the agent is prompted; first of the run's events, as the writer keeps order.
+        self.writer.add([_started_event(self.ctx, self.runner.runner_id)])
         spec = settings.HERMESWEB_AGENTS.get(self.ctx["agent"])
         if spec is None:
             await self._fail(

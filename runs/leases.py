@@ -85,7 +85,8 @@ def claim_next(runner_id: str) -> int | None:
 
 
 def claim_in_transaction(runner_id: str) -> tuple[ClaimedRun | None, bool]:
-    """claim_next inside the caller's atomic(): the claim commits (or not) with what follows it.
+    """claim_next inside the caller's atomic(), where the claim commits (or not) with what follows
+    it; or alone, where on PostgreSQL it is one statement that commits by itself.
 
     The claimed run comes with the columns of its session and project that starting it
     reads. Also says whether another queued run was there to take: a runner that claimed

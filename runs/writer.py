@@ -25,7 +25,7 @@ import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -84,23 +84,11 @@ class JournalWriter:
         self._timer: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[Any]] = set()
         self._flush_queued = False  # a flush task exists that has not taken the buffer yet
-        self._last_take = -float("inf")  # loop time the buffer was last taken for writing
+        self._last_take = -float("inf")  # loop time deltas were last taken for writing
         # The last buffered delta's text while it grows (one row holds at most ~8 KiB of it).
         self._pieces: list[str] | None = None
         self._open_chars = 0
         self.closed = False
-        self._earlier: asyncio.Future[Any] | None = None
-
-    def publish_after(self, earlier: Awaitable[Any]) -> None:
-        """Write (and so publish) nothing before `earlier` is done: a notification of this run's
-        that must reach viewers first, sent meanwhile."""
-        self._earlier = asyncio.ensure_future(earlier)
-
-    async def _after_earlier(self) -> None:
-        if self._earlier is not None:
-            earlier, self._earlier = self._earlier, None
-            with contextlib.suppress(Exception):  # a lost notification is the safety poll's to repair
-                await earlier
 
     def add(self, events: Sequence[NewEvent]) -> None:
         """Buffer events; schedules the flush. Never blocks the agent's reader."""
@@ -167,7 +155,6 @@ class JournalWriter:
         atomically with the event that shows it.
         """
         async with self._lock:
-            await self._after_earlier()
             batch = self._take() + list(extra)
             if not batch:
                 return []
@@ -190,7 +177,9 @@ class JournalWriter:
             self._timer.cancel()
             self._timer = None
         self._flush_queued = False
-        if self.buffer:
+        # The window paces deltas: a take of other events alone (run.started, say) does not
+        # hold back the delta after it, which may be the turn's first token.
+        if any(event.type in DELTA_TYPES for event in self.buffer):
             self._last_take = asyncio.get_running_loop().time()
         self._seal()
         self._open_chars = 0
@@ -206,7 +195,6 @@ class JournalWriter:
         """Write the buffer and the final events (ending with `done`) and hand the session on."""
         async with self._lock:
             self.closed = True
-            await self._after_earlier()
             batch = self._take() + list(final)
             return await sync_to_async(services.finish_run)(self.run_id, batch, **run_updates)
 
