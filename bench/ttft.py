@@ -13,7 +13,7 @@ so neither pays for spawning the agent or session/new. Overhead = hermesweb - ba
 the median and p90 of --turns turns each way. Turns through hermesweb start PAUSE_SECONDS after
 the previous one ended.
 
-usage: python bench/ttft.py [--turns 20] [--quick] [--json FILE]
+usage: python bench/ttft.py [--turns 20] [--quick] [--via both|socket|post] [--json FILE]
 """
 
 from __future__ import annotations
@@ -125,9 +125,9 @@ VIAS = ("socket", "post")
 
 
 async def through_hermesweb(
-    turns: int, port: int, cookie: str, token: str, session_id: int
+    turns: int, port: int, cookie: str, token: str, session_id: int, vias: tuple[str, ...] = VIAS
 ) -> dict[str, dict[str, Any]]:
-    """Turns alternate between the two ways in: the composer's socket, and a script's POST."""
+    """Turns alternate between the ways in: the composer's socket, and a script's POST."""
     import orjson
 
     from bench import _ws
@@ -157,11 +157,11 @@ async def through_hermesweb(
         await asyncio.sleep(0.01)
     http = http_client(port)
     out: dict[str, dict[str, Any]] = {
-        via: {"first_token": [], "run_started": [], "accepted": [], "walls": []} for via in VIAS
+        via: {"first_token": [], "run_started": [], "accepted": [], "walls": []} for via in vias
     }
-    for turn in range(2 * turns + 2):
+    for turn in range(len(vias) * turns + 2):
         await asyncio.sleep(PAUSE_SECONDS)
-        via = VIAS[turn % 2]
+        via = vias[turn % len(vias)]
         loop = asyncio.get_running_loop()
         marks["waiter"], marks["answer"] = loop.create_future(), loop.create_future()
         wall = time.time()
@@ -281,8 +281,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy the web and runner processes into DIR")
     parser.add_argument("--json", help="append result rows to this file (bench/run)")
+    parser.add_argument(
+        "--via",
+        choices=("both", *VIAS),
+        default="both",
+        help="how messages are sent: both alternately (default), or only one way (an older tree: post)",
+    )
     args = parser.parse_args()
     turns = args.turns or (5 if args.quick else 20)
+    vias = VIAS if args.via == "both" else (args.via,)
     bench = S.setup("postgres", redis=True, name="ttft")
     from hermesweb.models import ApiToken
 
@@ -301,7 +308,7 @@ def main() -> None:
             spies.append(S.start_profile(pid, 3600, args.profile / f"ttft-{name}.txt"))
     try:
         S.log(f"ttft: {turns} turns through hermesweb")
-        hermesweb = asyncio.run(through_hermesweb(turns, port, cookie, token, session.pk))
+        hermesweb = asyncio.run(through_hermesweb(turns, port, cookie, token, session.pk, vias))
     finally:
         for spy in spies:
             if spy is not None:
@@ -329,8 +336,9 @@ def main() -> None:
         for step, values in steps(figures["walls"]).items():
             S.log(f"ttft {via}:   {step:48} p50 {ms(values, 50):6.1f} ms")
     rows = []
-    for via, label in (("socket", "the composer's socket"), ("post", "POST, a script's Bearer token")):
-        figures = hermesweb[via]
+    labels = {"socket": "the composer's socket", "post": "POST, a script's Bearer token"}
+    for via, figures in hermesweb.items():
+        label = labels[via]
         for q in (50, 90):
             total, own = ms(figures["first_token"], q), ms(alone, q)
             rows.append(
