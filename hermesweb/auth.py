@@ -9,8 +9,8 @@ because a browser never attaches the header on its own.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import lru_cache, wraps
 from importlib import import_module
 from types import SimpleNamespace
@@ -18,13 +18,11 @@ from typing import Any
 
 from channels.auth import get_user
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.contrib.auth import get_user as auth_get_user
-from django.core.exceptions import ValidationError
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
-from django.utils.crypto import constant_time_compare
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
@@ -139,66 +137,85 @@ def socket_user_now(scope: dict[str, Any]) -> Any | None:
     """The socket's user as its session says now; None once that is no longer so.
 
     A socket reads its session once, as it connects; writing through it (a submit) asks
-    again, as an HTTP request would: signed out, expired, deactivated, a password changed
-    elsewhere, or another user signed in on that session, and the socket no longer writes.
+    again, as an HTTP request would: signed out, expired, deactivated, or a password changed
+    elsewhere, and the socket no longer writes.
     """
-    connected = scope.get("user")
-    session = scope.get("session")
-    if connected is None or not connected.is_authenticated or session is None or not session.session_key:
+    connected = _connected(scope)
+    if connected is None:
         return None
-    if settings.SESSION_ENGINE == _DB_SESSIONS and settings.AUTHENTICATION_BACKENDS == [_MODEL_BACKEND]:
-        return _still_signed_in(session.session_key, connected)
-    fresh = import_module(settings.SESSION_ENGINE).SessionStore(session.session_key)
+    guard = socket_sign_in(scope)
+    if guard is not None:
+        return connected if guard.holds() else None
+    fresh = import_module(settings.SESSION_ENGINE).SessionStore(scope["session"].session_key)
     user = auth_get_user(SimpleNamespace(session=fresh))  # type: ignore[arg-type]
     return user if user.is_authenticated and user.pk == connected.pk else None
+
+
+def _connected(scope: dict[str, Any]) -> Any | None:
+    user, session = scope.get("user"), scope.get("session")
+    if user is None or not user.is_authenticated or session is None or not session.session_key:
+        return None
+    return user
 
 
 _DB_SESSIONS = "django.contrib.sessions.backends.db"
 _MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 
 
-def _still_signed_in(session_key: str, connected: Any) -> Any | None:
-    """socket_user_now for the default engine and backend: one read, then get_user's checks.
+@dataclass(frozen=True)
+class StillSignedIn:
+    """A socket's sign-in as an SQL condition: true while it stands, as Django's get_user judges.
 
-    Django's get_user reads the session and then the user, two ORM queries: ~1.9 ms of a
-    submit over the socket here, against ~0.6 for this (bench/README.md, round six). The
-    checks are get_user's: the session is unexpired and names this user through the model
-    backend, the user may sign in, and the session's hash matches the password as it is now.
-    (A session verified only by a SECRET_KEY_FALLBACKS key is refused: the page reconnects,
-    and the socket's handshake, through get_user, moves it to the current key.)
+    The handshake verified it with get_user (the session names the user through the model
+    backend, with the hash of the password the user had then). While the session's row is
+    there and unexpired, and the user is active with that same password hash, get_user would
+    say the same again: Django never moves a session key to another user (signing in cycles
+    the key), signing out deletes the row, and a new password changes the hash. As SQL the
+    check rides in the statement that writes (runs.services' guard): a submit over the socket
+    needs no read of its own, where get_user's two were ~1.9 ms (bench/README.md, round six).
     """
-    user_model = get_user_model()
-    with connection.cursor() as cursor:
-        cursor.execute(_session_user_statement(), [connected.pk, session_key, timezone.now()])
-        row = cursor.fetchone()
-    if row is None:
+
+    session_key: str
+    user_id: Any
+    password: str
+    is_staff: bool  # as it was: what the socket may see and write to depends on it
+
+    def sql(self) -> tuple[str, list[Any]]:
+        params = [self.user_id, self.session_key, timezone.now(), self.password, self.is_staff]
+        return _still_signed_in_sql(), params
+
+    def holds(self) -> bool:
+        condition, params = self.sql()
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT {condition}", params)
+            row = cursor.fetchone()
+        return bool(row and row[0])
+
+
+def socket_sign_in(scope: dict[str, Any]) -> StillSignedIn | None:
+    """StillSignedIn for a signed-in socket, with Django's database sessions and model backend.
+
+    None otherwise: another session engine or backend is asked through get_user.
+    """
+    connected = _connected(scope)
+    if connected is None:
         return None
-    session_data, password, is_active = row
-    data = import_module(_DB_SESSIONS).SessionStore().decode(session_data)
-    try:
-        named = user_model._meta.pk.to_python(data.get(SESSION_KEY))
-    except ValidationError:
+    if settings.SESSION_ENGINE != _DB_SESSIONS or settings.AUTHENTICATION_BACKENDS != [_MODEL_BACKEND]:
         return None
-    if named != connected.pk or data.get(BACKEND_SESSION_KEY) != _MODEL_BACKEND or not is_active:
-        return None
-    user = copy.copy(connected)
-    user.password = password
-    if not constant_time_compare(data.get(HASH_SESSION_KEY) or "", user.get_session_auth_hash()):
-        return None
-    return user
+    return StillSignedIn(scope["session"].session_key, connected.pk, connected.password, connected.is_staff)
 
 
 @lru_cache(maxsize=1)
-def _session_user_statement() -> str:
+def _still_signed_in_sql() -> str:
     from django.contrib.sessions.models import Session as DjangoSession
 
     quote = connection.ops.quote_name
     user_model = get_user_model()
     sessions, users = quote(DjangoSession._meta.db_table), quote(user_model._meta.db_table)
     return (
-        f"SELECT s.session_data, u.password, u.is_active FROM {sessions} s "
-        f"JOIN {users} u ON u.{quote(user_model._meta.pk.column)} = %s "
-        "WHERE s.session_key = %s AND s.expire_date > %s"
+        f"EXISTS (SELECT 1 FROM {sessions} ds JOIN {users} du ON du.{quote(user_model._meta.pk.column)} = %s "
+        "WHERE ds.session_key = %s AND ds.expire_date > %s AND du.password = %s AND du.is_active "
+        "AND du.is_staff = %s)"
     )
 
 

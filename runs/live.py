@@ -31,7 +31,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.db.models import Count, Max, Q
 
-from hermesweb.auth import socket_user_now
+from hermesweb.auth import socket_sign_in, socket_user_now
 from hermesweb.env import env_float
 from hermesweb.errors import validation_details
 from intents.models import PendingIntent
@@ -204,9 +204,12 @@ def answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> tup
     """
     message = submit.message
     client_id = message.client_id
-    user = socket_user_now(scope)
+    signed_out = refused_frame(client_id, 401, "not_authenticated", "Signed out: sign in again to send.")
+    # The sign-in is checked in the statement that writes where it can be (StillSignedIn).
+    guard = socket_sign_in(scope)
+    user = scope["user"] if guard is not None else socket_user_now(scope)
     if user is None:
-        return refused_frame(client_id, 401, "not_authenticated", "Signed out: sign in again to send."), True
+        return signed_out, True
     try:
         result = services.do_submit_message_as(
             user,
@@ -215,7 +218,10 @@ def answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> tup
             text=message.text,
             mode=message.mode,
             attachments=message.attachments,
+            guard=guard,
         )
+    except services.GuardFailed:
+        return signed_out, True
     except Session.DoesNotExist:
         return refused_frame(client_id, 404, "not_found", "No such session."), False
     except services.SubmitRefused as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
@@ -24,6 +24,18 @@ from runs.journal import NewEvent
 from runs.models import ACTIVE_STATUSES, Control, ControlState, JournalEvent, Run, RunSource, RunStatus
 
 MESSAGE_MODES = ("auto", "queue", "steer")
+
+
+class Guard(Protocol):
+    """A condition the caller's write depends on, checkable in SQL (hermesweb.auth.StillSignedIn)."""
+
+    def sql(self) -> tuple[str, list[Any]]: ...
+
+    def holds(self) -> bool: ...
+
+
+class GuardFailed(Exception):
+    """The caller's guard no longer holds: nothing was written."""
 
 
 class SubmitRefused(Exception):
@@ -121,10 +133,13 @@ def do_submit_message_as(
     text: str,
     mode: str = "auto",
     attachments: Sequence[dict[str, Any]] | None = None,
+    guard: Guard | None = None,
 ) -> SubmitResult:
     """do_submit_message from the composer, to a session `user` may see (else Session.DoesNotExist).
 
     The visibility check is the locking read itself: the API does not read the session first.
+    With a `guard`, nothing is written unless it holds (else GuardFailed): the common case
+    checks it in the statement that writes.
     """
     return _submit(
         session_id,
@@ -135,6 +150,7 @@ def do_submit_message_as(
         attachments=attachments,
         source=RunSource.COMPOSER,
         source_meta=None,
+        guard=guard,
     )
 
 
@@ -148,16 +164,19 @@ def _submit(
     attachments: Sequence[dict[str, Any]] | None,
     source: str,
     source_meta: dict[str, Any] | None,
+    guard: Guard | None = None,
 ) -> SubmitResult:
     if mode not in MESSAGE_MODES:
         raise SubmitRefused("invalid_mode", f"mode must be one of {', '.join(MESSAGE_MODES)}")
     if not text.strip():
         raise SubmitRefused("empty_message", "A message needs some text.")
     if _fast_new_turn_applies():
-        run = _new_turn_postgres(session_id, viewer, client_id, text, attachments, source, source_meta)
+        run = _new_turn_postgres(session_id, viewer, client_id, text, attachments, source, source_meta, guard)
         if run is not None:
             _announce(session_id, run.pk)
             return SubmitResult("run", run, None, run.status, duplicate=False)
+    if guard is not None and not guard.holds():
+        raise GuardFailed
     try:
         with transaction.atomic():
             locked = lock_session(session_id, visible_to=viewer)
@@ -248,12 +267,13 @@ def _new_turn_postgres(
     attachments: Sequence[dict[str, Any]] | None,
     source: str,
     source_meta: dict[str, Any] | None,
+    guard: Guard | None,
 ) -> Run | None:
     """The common submit, a new turn of an idle session, as one statement that commits alone.
 
     None when it is not that case (not visible, archived, a repeated client id, a run
-    active), or when a concurrent submit won a constraint: the caller then takes the full
-    path, which decides under the session's lock and answers every case. The statement
+    active, the guard failed), or when a concurrent submit won a constraint: the caller then
+    takes the full path, which decides under the session's lock and answers every case. The statement
     needs no lock to be safe: `one_active_run_per_session` and the client-id constraint
     refuse whatever a concurrent decision would have made wrong. As a transaction of five
     statements this was ~3 ms of every first token here (bench/README.md, round six).
@@ -270,10 +290,14 @@ def _new_turn_postgres(
     check_owner = viewer is not None and not viewer.is_staff
     params: list[Any] = [session_id, *([viewer.pk] if check_owner else []), SessionStatus.ARCHIVED]
     params += [client_id, client_id, *ACTIVE_STATUSES]
+    condition = ""
+    if guard is not None:
+        condition, guard_params = guard.sql()
+        params += guard_params
     params += [field.get_db_prep_save(field.pre_save(run, add=True), connection) for field in fields]
     try:
         with connection.cursor() as cursor:
-            cursor.execute(_new_turn_statement(check_owner), params)
+            cursor.execute(_new_turn_statement(check_owner, condition), params)
             row = cursor.fetchone()
     except IntegrityError:
         return None
@@ -290,8 +314,8 @@ def _run_insert_fields() -> list[Any]:
     return [field for field in Run._meta.concrete_fields if not field.primary_key]
 
 
-@lru_cache(maxsize=2)
-def _new_turn_statement(check_owner: bool) -> str:
+@lru_cache(maxsize=8)
+def _new_turn_statement(check_owner: bool, condition: str) -> str:
     quote = connection.ops.quote_name
     run, session, project, intent = (
         quote(model._meta.db_table) for model in (Run, Session, Project, PendingIntent)
@@ -306,6 +330,7 @@ def _new_turn_statement(check_owner: bool) -> str:
         f"AND NOT EXISTS (SELECT 1 FROM {intent} i WHERE i.session_id = s.id AND i.client_id = %s) "
         f"AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.session_id = s.id "
         f"AND (r.client_id = %s OR r.status IN ({active}))) "
+        f"{'AND ' + condition + ' ' if condition else ''}"
         # Keeps the full path's decisions in order with this one: it waits for them.
         "FOR UPDATE OF s), "
         f"created AS (INSERT INTO {run} ({columns}) SELECT {values} FROM target "

@@ -12,15 +12,18 @@ import threading
 from typing import Any
 
 import pytest
+from django.contrib.sessions.models import Session as DjangoSession
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from hermesweb.auth import StillSignedIn
 from intents.models import PendingIntent
 from projects.models import Session, SessionStatus
 from runs import services
 from runs.models import Run, RunStatus
 from tests.conftest import token_client
 from tests.factories import RunFactory, SessionFactory
+from tests.support.live import session_cookie
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,6 +63,25 @@ def test_a_new_turn_costs_the_api_two_queries_on_postgres(user: Any) -> None:
     assert response.status_code == 202
     # The token, and the turn.
     assert len(queries) == 2
+
+
+def test_a_guard_rides_in_the_write_and_once_it_fails_nothing_is_written(user: Any) -> None:
+    # The socket's sign-in (hermesweb.auth.StillSignedIn) is checked by the statement that
+    # writes the turn; signed out, the submit writes nothing.
+    session = SessionFactory(project__owner=user)
+    key = session_cookie(user)
+    guard = StillSignedIn(key, user.pk, user.password, user.is_staff)
+    with CaptureQueriesContext(connection) as queries:
+        first = submit(user, session, "c1", guard=guard)
+    assert first.kind == "run"
+    if connection.vendor == "postgresql":
+        assert len(queries) == 1
+
+    DjangoSession.objects.filter(session_key=key).delete()
+    Run.objects.filter(pk=first.run_id).update(status=RunStatus.COMPLETED)
+    with pytest.raises(services.GuardFailed):
+        submit(user, session, "c2", guard=guard)
+    assert list(Run.objects.values_list("client_id", flat=True)) == ["c1"]
 
 
 def test_the_same_client_id_again_is_the_first_answer(user: Any) -> None:
