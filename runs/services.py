@@ -272,11 +272,12 @@ def _new_turn_postgres(
     """The common submit, a new turn of an idle session, as one statement that commits alone.
 
     None when it is not that case (not visible, archived, a repeated client id, a run
-    active, the guard failed), or when a concurrent submit won a constraint: the caller then
-    takes the full path, which decides under the session's lock and answers every case. The statement
-    needs no lock to be safe: `one_active_run_per_session` and the client-id constraint
-    refuse whatever a concurrent decision would have made wrong. As a transaction of five
-    statements this was ~3 ms of every first token here (bench/README.md, round six).
+    active, the guard failed), or when a concurrent submit won a constraint: the caller
+    then takes the full path, which decides under the session's lock and answers every
+    case. The statement needs no lock to be safe: `one_active_run_per_session` and the
+    client-id constraint refuse whatever a concurrent decision would have made wrong. As a
+    transaction of five statements this was ~3 ms of every first token here
+    (bench/README.md, round six).
     """
     run = Run(
         session_id=session_id,

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
+from django.contrib.sessions.models import Session as DjangoSession
 
 from projects.models import Session
 from tests import factories
@@ -31,21 +32,30 @@ def project(user: Any) -> Any:
     return factories.ProjectFactory(owner=user, name="Demo project")
 
 
-def test_sign_in_lands_in_the_project_and_a_first_message_streams(
-    workbench: Workbench, project: Any, user: Any
-) -> None:
-    # The test settings hash with MD5 for speed; daphne runs with the real hashers.
+def with_real_password(user: Any) -> None:
+    # The tests' MD5 hasher is not one the sign-in page accepts.
     user.password = PBKDF2PasswordHasher().encode(
         "correct horse battery staple", PBKDF2PasswordHasher().salt()
     )
     user.save(update_fields=["password"])
+
+
+def sign_in(page: Any) -> None:
+    page.get_by_label("Username").fill("ada")
+    page.get_by_label("Password").fill("correct horse battery staple")
+    page.get_by_role("button", name="Sign in").click()
+
+
+def test_sign_in_lands_in_the_project_and_a_first_message_streams(
+    workbench: Workbench, project: Any, user: Any
+) -> None:
+    # The test settings hash with MD5 for speed; daphne runs with the real hashers.
+    with_real_password(user)
     page = workbench.new_page(signed_in=False)
     page.goto("/")
     page.wait_for_url(re.compile(r"/login/\?next=/$"))
     workbench.screenshot(page, "20-sign-in")
-    page.get_by_label("Username").fill("ada")
-    page.get_by_label("Password").fill("correct horse battery staple")
-    page.get_by_role("button", name="Sign in").click()
+    sign_in(page)
     page.wait_for_url(re.compile(rf"/projects/{project.pk}/$"))
     page.wait_for_selector("#workbench[data-ready='true']")
 
@@ -59,6 +69,28 @@ def test_sign_in_lands_in_the_project_and_a_first_message_streams(
 
     page.get_by_role("button", name="Sign out").click()
     page.wait_for_url(re.compile(r"/login/$"))
+
+
+def test_a_message_sent_after_the_sign_in_ended_is_kept_and_sent_once_signed_in_again(
+    workbench: Workbench, project: Any, user: Any
+) -> None:
+    with_real_password(user)
+    session = factories.SessionFactory(project=project)
+    page = workbench.new_page()
+    open_session(page, session.pk)
+
+    DjangoSession.objects.all().delete()  # signed out in another tab
+    send(page, "hello fast")
+
+    # Refused over the socket (401, then 4401): to the sign-in page, the message kept.
+    page.wait_for_url(re.compile(rf"/login/\?next=%2Fsessions%2F{session.pk}%2F$"))
+    assert session.runs.count() == 0
+    sign_in(page)
+    page.wait_for_url(re.compile(rf"/sessions/{session.pk}/$"))
+    wait_settled(page, 1)
+    assert page.locator(".user-text").all_inner_texts() == ["hello fast"]
+    assert session.runs.count() == 1
+    assert page.evaluate("sessionStorage.getItem('hermesweb.outbox.v1')") == "[]"
 
 
 def test_the_sidebar_searches_renames_deletes_and_makes_sessions(workbench: Workbench, project: Any) -> None:

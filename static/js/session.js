@@ -446,7 +446,8 @@ export class SessionController {
         // Same client_id on retry: the server dedupes, so a retry never makes a second turn.
         // Signed out: kept, and sent again once the page is live after signing in.
         outbox.update(entry.client_id, { failed: true });
-        this.showOutgoing(entry, 'failed', 'Not sent: the server could not be reached.');
+        const why = error.status === 401 ? 'signed out; it is sent once you sign in again' : 'the server could not be reached';
+        this.showOutgoing(entry, 'failed', `Not sent: ${why}.`);
       } else {
         outbox.remove(entry.client_id);
         this.showOutgoing(entry, 'refused', error.message);

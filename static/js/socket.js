@@ -1,11 +1,11 @@
 // The session socket (issue 4's protocol) with reconnect and resume.
-import { ApiError } from './api.js';
-
 //
 // On every (re)connect it subscribes with the cursors the app hands it
 // (`{run_id: last_seq}`), so the server replays only what the page lacks; the
 // app drops anything at or below its cursor anyway. Heartbeats carry no
 // cursor: they only prove the connection is alive.
+
+import { ApiError } from './api.js';
 
 const BACKOFF_MS = [500, 1000, 2000, 4000, 8000];
 const BACKOFF_MAX_MS = 10000;
