@@ -109,7 +109,7 @@ def _deliver_steer(intent: PendingIntent, run: Run) -> None:
         key=f"steer:{intent.pk}:{intent.version}",
         payload={"text": intent.text},
     )
-    transaction.on_commit(lambda: notify.wake_runners("control", run.pk))
+    notify.wake_runners("control", run.pk)
 
 
 def request_steer(
@@ -276,12 +276,12 @@ def do_stop_and_send(intent: PendingIntent, *, run_id: int | None = None) -> Int
         _changed(session.pk)
         if active is None:
             drain(session)
-            transaction.on_commit(lambda: notify.wake_runners("run.queued"))
+            notify.wake_runners("run.queued")
             return IntentResult("accepted", "Nothing was running; sent now.", intent)
         result = do_cancel(active)
         if result.status in ("not_active",):
             drain(session)
-            transaction.on_commit(lambda: notify.wake_runners("run.queued"))
+            notify.wake_runners("run.queued")
     intent.refresh_from_db()
     return IntentResult("accepted", "Stopping the current run; this message goes next.", intent)
 

@@ -84,7 +84,8 @@ def do_cancel(run: Run) -> ControlResult:
         if not created:
             return ControlResult.of(Status.DUPLICATE, "Cancel already requested.")
         Run.objects.filter(pk=locked.pk).update(status=RunStatus.CANCELLING)
-        transaction.on_commit(lambda: (_ring(locked.pk), notify.publish_session_changed(locked.session_id)))
+        _ring(locked.pk)
+        transaction.on_commit(lambda: notify.publish_session_changed(locked.session_id))
     return ControlResult.of(Status.ACCEPTED, "Cancel requested.")
 
 
@@ -124,7 +125,7 @@ def _respond(run: Run, kind: str, target: str, payload: dict[str, Any]) -> Contr
                 Control.objects.create(run=locked, kind=kind, target_id=target, key=key, payload=payload)
         except IntegrityError:
             return ControlResult.of(Status.DUPLICATE, "This answer was already given.")
-        transaction.on_commit(lambda: _ring(locked.pk))
+        _ring(locked.pk)
     return ControlResult.of(Status.ACCEPTED, "Answer sent to the agent.")
 
 

@@ -65,7 +65,7 @@ class JobFailed(Exception):
 
 def request_discovery(project: Project, user: Any = None) -> AgentJob:
     job = AgentJob.objects.create(project=project, kind=AgentJobKind.LIST_SESSIONS, requested_by=_user(user))
-    transaction.on_commit(lambda: notify.wake_runners("job.queued"))
+    notify.wake_runners("job.queued")
     return job
 
 
@@ -101,7 +101,7 @@ def request_import(project: Project, agent_session_id: str, user: Any = None) ->
             payload={"agent_session_id": agent_session_id},
             requested_by=_user(user),
         )
-        transaction.on_commit(lambda: notify.wake_runners("job.queued"))
+        notify.wake_runners("job.queued")
     return job
 
 

@@ -6,8 +6,9 @@ Design note: docs/runner.md. Loops, all on one asyncio event loop:
 - reaper: interrupt runs whose runner vanished (never re-prompt them);
 - controls: apply pending Control rows of the runs we hold;
 - idle: stop agent processes nobody used for a while.
-The channel layer only shortens the waits (a doorbell); every loop also
-polls the database, so a lost notification costs latency, never correctness.
+A doorbell only shortens the waits — PostgreSQL's LISTEN/NOTIFY, else the
+channel layer with Redis — and every loop also polls the database, so a lost
+notification costs latency, never correctness.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ import socket
 import uuid
 from typing import Any
 
+import psycopg
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from runs import leases
+from runs import leases, notify
 from runs.agents import AgentPool, AgentProcess
 from runs.execution import Claimed, RunExecution, claim_and_start
 from runs.jobs import JobLoop
 from runs.models import Control, Run
-from runs.notify import RUNNERS_GROUP
 from runs.services import do_mark_interrupted
 from runs.translate import Translator
 
@@ -165,22 +166,38 @@ class RunnerProcess:
             await self._sleep(self._controls_wake, self.poll)
 
     async def _doorbell_loop(self) -> None:
-        """Wake the loops on channel-layer notifications (only useful across processes with Redis)."""
-        if not settings.REDIS_URL:
-            return
-        layer = get_channel_layer()
+        """Wake the loops when work is written: PostgreSQL's NOTIFY, else with Redis the channel layer."""
+        if notify.runners_listen():
+            listen = self._listen_postgres
+        elif settings.REDIS_URL:
+            listen = self._listen_channel_layer
+        else:
+            return  # the embedded default: one machine, the poll alone
         while True:
             try:
-                channel = await layer.new_channel()
-                await layer.group_add(RUNNERS_GROUP, channel)
-                while True:
-                    await layer.receive(channel)
-                    self.wake()
+                await listen()
             except asyncio.CancelledError:
                 raise
             except Exception:
                 log.warning("doorbell subscription failed; polling only for a while", exc_info=True)
                 await asyncio.sleep(5)
+
+    async def _listen_postgres(self) -> None:
+        # Its own connection in this loop: a notification wakes the claim without a thread hop.
+        params = notify.listener_params()
+        async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
+            await conn.execute(f"LISTEN {notify.RUNNERS_CHANNEL}")
+            self.wake()  # whatever was written while nobody listened
+            async for _ in conn.notifies():
+                self.wake()
+
+    async def _listen_channel_layer(self) -> None:
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(notify.RUNNERS_GROUP, channel)
+        while True:
+            await layer.receive(channel)
+            self.wake()
 
     @staticmethod
     async def _sleep(event: asyncio.Event, timeout: float) -> None:

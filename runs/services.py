@@ -172,8 +172,8 @@ def _submit(
         raise SubmitRefused("empty_message", "A message needs some text.")
     if _fast_new_turn_applies():
         run = _new_turn_postgres(session_id, viewer, client_id, text, attachments, source, source_meta, guard)
-        if run is not None:
-            _announce(session_id, run.pk)
+        if run is not None:  # its statement rang the runners
+            notify.publish_session_changed(session_id)
             return SubmitResult("run", run, None, run.status, duplicate=False)
     if guard is not None and not guard.holds():
         raise GuardFailed
@@ -199,7 +199,8 @@ def _submit(
                     source_meta=source_meta or {},
                 )
                 Session.objects.filter(pk=locked.pk).update(updated_at=run.created_at)
-                transaction.on_commit(lambda: _announce(locked.pk, run.pk))
+                notify.wake_runners("run.queued", run.pk)
+                transaction.on_commit(lambda: notify.publish_session_changed(locked.pk))
                 return SubmitResult("run", run, None, run.status, duplicate=False)
             active = Run.objects.get(pk=claims["active"])
             effective = mode if mode != "auto" else locked.project.running_default
@@ -296,6 +297,7 @@ def _new_turn_postgres(
         condition, guard_params = guard.sql()
         params += guard_params
     params += [field.get_db_prep_save(field.pre_save(run, add=True), connection) for field in fields]
+    params += [notify.RUNNERS_CHANNEL, "run.queued:"]
     try:
         with connection.cursor() as cursor:
             cursor.execute(_new_turn_statement(check_owner, condition), params)
@@ -338,13 +340,9 @@ def _new_turn_statement(check_owner: bool, condition: str) -> str:
         "RETURNING id, session_id, created_at), "
         f"touched AS (UPDATE {session} SET updated_at = created.created_at FROM created "
         f"WHERE {session}.id = created.session_id) "
-        "SELECT id FROM created"
+        # The runners' doorbell (runs.notify.wake_runners), delivered at this commit.
+        "SELECT id, pg_notify(%s, %s || id) FROM created"
     )
-
-
-def _announce(session_id: int, run_id: int | None) -> None:
-    notify.wake_runners("run.queued", run_id)
-    notify.publish_session_changed(session_id)
 
 
 def do_launch_workflow(
@@ -394,7 +392,9 @@ def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> l
             applied_at=timezone.now(),
         )
         next_run = intent_services.drain(session)
-        transaction.on_commit(lambda: _announce(session.pk, next_run.pk if next_run else None))
+        if next_run is not None:
+            notify.wake_runners("run.queued", next_run.pk)
+        transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
     return rows
 
 
