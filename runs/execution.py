@@ -34,6 +34,8 @@ from runs.translate import Translator, as_dict, per_turn_usage
 from runs.writer import JournalWriter
 
 if TYPE_CHECKING:
+    import psycopg
+
     from runs.runner import RunnerProcess
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,15 @@ def claim_and_start(runner_id: str) -> Claimed | None:
     if claimed is None:
         return None
     return Claimed(_load_context(claimed), more)
+
+
+async def aclaim_and_start(runner_id: str, conn: psycopg.AsyncConnection[Any]) -> Claimed | None:
+    """claim_and_start on PostgreSQL on the runner's own connection, without leaving its loop."""
+    claimed, more = await leases.aclaim_postgres(conn, runner_id)
+    if claimed is None:
+        return None
+    previous = await sync_to_async(_previous_usage_total)(claimed) if _cumulative_usage(claimed) else None
+    return Claimed(_context(claimed, previous), more)
 
 
 def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:
@@ -617,16 +628,27 @@ def _is_steer_ack(update: Any) -> bool:
 
 
 def _load_context(claimed: leases.ClaimedRun) -> dict[str, Any]:
+    previous = _previous_usage_total(claimed) if _cumulative_usage(claimed) else None
+    return _context(claimed, previous)
+
+
+def _cumulative_usage(claimed: leases.ClaimedRun) -> bool:
+    # Only an agent that reports session totals needs the last turn's (a read).
     spec = settings.HERMESWEB_AGENTS.get(claimed.agent)
-    cumulative = bool(spec and spec.cumulative_usage)
+    return bool(spec and spec.cumulative_usage)
+
+
+def _previous_usage_total(claimed: leases.ClaimedRun) -> Any:
     previous = (
         Run.objects.filter(session_id=claimed.session_id, finished_at__isnull=False)
         .exclude(pk=claimed.run_id)
         .order_by("-finished_at")
         .first()
-        if cumulative  # only an agent that reports session totals needs the last turn's
-        else None
     )
+    return (previous.usage or {}).get("session_total") if previous else None
+
+
+def _context(claimed: leases.ClaimedRun, previous_usage_total: Any) -> dict[str, Any]:
     return {
         "run_id": claimed.run_id,
         "session_id": claimed.session_id,
@@ -639,8 +661,8 @@ def _load_context(claimed: leases.ClaimedRun) -> dict[str, Any]:
         "mode": claimed.mode,
         "prompt_text": claimed.prompt_text,
         "source": claimed.source,
-        "cumulative_usage": cumulative,
-        "previous_usage_total": (previous.usage or {}).get("session_total") if previous else None,
+        "cumulative_usage": _cumulative_usage(claimed),
+        "previous_usage_total": previous_usage_total,
     }
 
 

@@ -193,7 +193,7 @@ def wake_payload(reason: str, run_id: int | None) -> str:
     return reason if run_id is None else f"{reason}:{run_id}"
 
 
-def listener_params() -> dict[str, Any]:
+def connection_params() -> dict[str, Any]:
     """How a runner's own async connection reaches the database Django uses."""
     params = connection.get_connection_params()
     for sync_only in ("cursor_factory", "context"):

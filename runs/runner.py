@@ -29,7 +29,7 @@ from django.conf import settings
 
 from runs import leases, notify
 from runs.agents import AgentPool, AgentProcess
-from runs.execution import Claimed, RunExecution, claim_and_start
+from runs.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start
 from runs.jobs import JobLoop
 from runs.models import Control, Run
 from runs.services import do_mark_interrupted
@@ -51,6 +51,7 @@ class RunnerProcess:
         self._wake = asyncio.Event()
         self._controls_wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
+        self._claim_conn: psycopg.AsyncConnection[Any] | None = None
         self.poll = settings.HERMESWEB_RUNNER_POLL_SECONDS
         self.lease = settings.HERMESWEB_LEASE_SECONDS
 
@@ -79,6 +80,7 @@ class RunnerProcess:
         await self.stopping.wait()
         log.info("runner %s stopping: no new claims; %d turn(s) finishing", self.runner_id, len(self.tasks))
         loops[0].cancel()
+        await self._close_claim_conn()
         await self._drain(settings.HERMESWEB_SHUTDOWN_GRACE_SECONDS)
         for task in loops:
             task.cancel()
@@ -107,12 +109,33 @@ class RunnerProcess:
         while not self.stopping.is_set():
             claimed = False
             if len(self.tasks) < settings.HERMESWEB_MAX_RUNS_PER_RUNNER:
-                started = await sync_to_async(claim_and_start)(self.runner_id)
+                started = await self._claim()
                 if started is not None:
                     self._start(started)
                     claimed = started.more
             if not claimed:
                 await self._sleep(self._wake, self.poll)
+
+    async def _claim(self) -> Claimed | None:
+        if not notify.runners_listen():
+            return await sync_to_async(claim_and_start)(self.runner_id)
+        # PostgreSQL: on a connection of our own, in this loop (leases.aclaim_postgres).
+        try:
+            if self._claim_conn is None or self._claim_conn.closed:
+                self._claim_conn = await _connect()
+            return await aclaim_and_start(self.runner_id, self._claim_conn)
+        except psycopg.OperationalError:
+            # Whether a claim committed before the connection broke is unknown: a run claimed
+            # and never started is the reaper's when its lease runs out, as after a crash.
+            log.warning("claim connection failed; connecting again at the next claim", exc_info=True)
+            await self._close_claim_conn()
+            return None
+
+    async def _close_claim_conn(self) -> None:
+        conn, self._claim_conn = self._claim_conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()
 
     def _start(self, claimed: Claimed) -> None:
         execution = RunExecution(self, claimed)
@@ -184,8 +207,7 @@ class RunnerProcess:
 
     async def _listen_postgres(self) -> None:
         # Its own connection in this loop: a notification wakes the claim without a thread hop.
-        params = notify.listener_params()
-        async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
+        async with await _connect() as conn:
             await conn.execute(f"LISTEN {notify.RUNNERS_CHANNEL}")
             self.wake()  # whatever was written while nobody listened
             async for _ in conn.notifies():
@@ -235,3 +257,8 @@ def _store_commands(agent_session_id: str, commands: list[dict[str, Any]]) -> No
     for session_id in Session.objects.filter(agent_session_id=agent_session_id).values_list("pk", flat=True):
         Session.objects.filter(pk=session_id).update(commands=commands)
         notify.publish_session_changed(session_id)
+
+
+async def _connect() -> psycopg.AsyncConnection[Any]:
+    """A connection of the runner's own, in its loop (autocommit), to the database Django uses."""
+    return await psycopg.AsyncConnection.connect(**notify.connection_params(), autocommit=True)

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from datetime import timedelta
+from typing import Any
 
+import psycopg
 import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs import leases
+from runs import leases, notify
 from runs.models import JournalEvent, Run, RunStatus
 from tests import factories
 
@@ -150,3 +153,28 @@ def test_a_claim_in_flight_hides_its_run_and_the_next_from_other_runners_on_post
         release.set()
         thread.join(10)
     assert got["r1"] == (leases.ClaimedRun.of(runs[0]), True)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turns_usage() -> None:
+    from runs.execution import _load_context, aclaim_and_start
+
+    session = factories.SessionFactory(project__agent="hermes")  # reports session totals
+    usage = {"session_total": {"total": 150}}
+    factories.RunFactory(session=session, status="completed", finished_at=timezone.now(), usage=usage)
+    queued = factories.RunFactory(session=session, status="queued", prompt_text="next")
+    factories.RunFactory(status="queued")
+
+    async def claim() -> Any:
+        params = notify.connection_params()
+        async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
+            return await aclaim_and_start("r1", conn)
+
+    claimed = asyncio.run(claim())
+
+    queued.refresh_from_db()
+    assert (queued.status, queued.lease_owner) == ("running", "r1")
+    assert claimed.more
+    assert claimed.ctx == _load_context(leases.ClaimedRun.of(queued))
+    assert claimed.ctx["previous_usage_total"] == {"total": 150}

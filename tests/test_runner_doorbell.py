@@ -42,7 +42,7 @@ def session(db: None) -> Any:
 
 @pytest.fixture
 def listener() -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(**notify.listener_params(), autocommit=True) as conn:
+    with psycopg.connect(**notify.connection_params(), autocommit=True) as conn:
         conn.execute(f"LISTEN {notify.RUNNERS_CHANNEL}")
         yield conn
 
