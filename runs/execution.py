@@ -46,6 +46,13 @@ CANCEL_GRACE_SECONDS = 10.0
 # Acknowledgements agents print for a `/steer` prompt; they belong to the steer, not the turn.
 STEER_ACKS = ("Steer queued",)
 CANCEL_TIMEOUT = "cancel not acknowledged"
+# A flush of this run's events failed mid-write (its database connection was lost): they may
+# or may not be in the journal, and writing them again could journal them twice.
+JOURNAL_LOST = "journal write lost"
+JOURNAL_LOST_MESSAGE = (
+    "The database connection was lost while part of this turn was being saved, so that part "
+    "may be missing. The turn was stopped; send the message again to redo it."
+)
 
 
 class RunAborted(Exception):
@@ -106,6 +113,7 @@ class RunExecution:
         self.runner = runner
         self.run_id: int = claimed.ctx["run_id"]
         self.writer = JournalWriter(self.run_id)
+        self.writer.on_lost = lambda _: self.abort(JOURNAL_LOST)
         self.translator = Translator()
         self.process: AgentProcess | None = None
         self.agent_session_id = ""
@@ -226,6 +234,9 @@ class RunExecution:
                 if self.abort_reason == CANCEL_TIMEOUT:
                     await self._finish_cancelled("the agent did not acknowledge the cancel in time")
                     return
+                if self.abort_reason == JOURNAL_LOST:
+                    await self._fail("journal_write_lost", JOURNAL_LOST_MESSAGE)
+                    return
                 raise RunAborted(self.abort_reason)
             response = task.result()
         except AgentDied as exc:
@@ -252,6 +263,9 @@ class RunExecution:
         await self._complete(response)
 
     async def _complete(self, response: Any) -> None:
+        if self.abort_reason == JOURNAL_LOST:  # the turn ended while the failure was reported
+            await self._fail("journal_write_lost", JOURNAL_LOST_MESSAGE)
+            return
         data = response.model_dump(by_alias=True, exclude_none=True, mode="json")
         stop_reason = data.get("stopReason", "end_turn")
         usage = per_turn_usage(

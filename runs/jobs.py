@@ -33,6 +33,7 @@ from django.utils import timezone
 from projects.models import Project, Session
 from runs import journal, notify
 from runs.agents import AgentDied, AgentProcess
+from runs.connections import revived
 from runs.journal import NewEvent, done_event
 from runs.models import AgentJob, AgentJobKind, AgentJobState, EventType, Run, Runner, RunSource, RunStatus
 from runs.translate import Translator, _text_of, as_dict
@@ -386,11 +387,11 @@ class JobLoop:
                 try:
                     if loop.time() >= next_reap:
                         next_reap = loop.time() + reap_every
-                        reaped = await sync_to_async(reap_orphaned_jobs)(self.runner.runner_id)
+                        reaped = await sync_to_async(revived(reap_orphaned_jobs))(self.runner.runner_id)
                         if reaped:
                             log.warning("failed agent jobs left by vanished runners: %s", reaped)
                     if len(self.tasks) < MAX_CONCURRENT_JOBS:
-                        job_id = await sync_to_async(claim_job)(self.runner.runner_id)
+                        job_id = await sync_to_async(revived(claim_job))(self.runner.runner_id)
                         if job_id is not None:
                             self._start(job_id)
                             claimed = True

@@ -29,6 +29,7 @@ from django.conf import settings
 
 from runs import leases, notify
 from runs.agents import AgentPool, AgentProcess
+from runs.connections import revived, server_closed
 from runs.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start
 from runs.jobs import JobLoop
 from runs.models import Control, Run
@@ -108,20 +109,26 @@ class RunnerProcess:
         # poll) wakes it.
         while not self.stopping.is_set():
             claimed = False
-            if len(self.tasks) < settings.HERMESWEB_MAX_RUNS_PER_RUNNER:
-                started = await self._claim()
-                if started is not None:
-                    self._start(started)
-                    claimed = started.more
+            try:
+                if len(self.tasks) < settings.HERMESWEB_MAX_RUNS_PER_RUNNER:
+                    started = await self._claim()
+                    if started is not None:
+                        self._start(started)
+                        claimed = started.more
+            except Exception:
+                # A failed claim must not end the loop: the runner would look alive and never
+                # claim again. The next poll tries again (its connection revived).
+                log.exception("claim failed")
             if not claimed:
                 await self._sleep(self._wake, self.poll)
 
     async def _claim(self) -> Claimed | None:
         if not notify.runners_listen():
-            return await sync_to_async(claim_and_start)(self.runner_id)
+            return await sync_to_async(revived(claim_and_start))(self.runner_id)
         # PostgreSQL: on a connection of our own, in this loop (leases.aclaim_postgres).
         try:
-            if self._claim_conn is None or self._claim_conn.closed:
+            if self._claim_conn is None or server_closed(self._claim_conn):
+                await self._close_claim_conn()
                 self._claim_conn = await _connect()
             return await aclaim_and_start(self.runner_id, self._claim_conn)
         except psycopg.OperationalError:
@@ -155,7 +162,7 @@ class RunnerProcess:
         interval = max(self.lease / 3, 0.2)
         while True:
             try:
-                await sync_to_async(leases.heartbeat)(self.runner_id, self.capabilities)
+                await sync_to_async(revived(leases.heartbeat))(self.runner_id, self.capabilities)
                 held = list(self.executions)
                 if held:
                     still = await sync_to_async(leases.renew_leases)(self.runner_id, held)
@@ -179,7 +186,7 @@ class RunnerProcess:
         while True:
             try:
                 if self.executions:
-                    controls = await sync_to_async(_pending_controls)(list(self.executions))
+                    controls = await sync_to_async(revived(_pending_controls))(list(self.executions))
                     for control in controls:
                         execution = self.executions.get(control.run_id)
                         if execution is not None and control.pk not in execution.applying:

@@ -31,9 +31,10 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
+from django.db import InterfaceError, OperationalError, transaction
 
 from runs import journal, notify, services
+from runs.connections import revive, revived
 from runs.journal import NewEvent
 from runs.models import EventType, JournalEvent
 
@@ -89,6 +90,9 @@ class JournalWriter:
         self._pieces: list[str] | None = None
         self._open_chars = 0
         self.closed = False
+        # Told when a flush nobody awaits lost its database connection mid-write: its events
+        # may be missing, so the run must not go on as if they were written (execution.py).
+        self.on_lost: Callable[[BaseException], None] | None = None
 
     def add(self, events: Sequence[NewEvent]) -> None:
         """Buffer events; schedules the flush. Never blocks the agent's reader."""
@@ -145,6 +149,11 @@ class JournalWriter:
         if task.cancelled():
             # Cancelled before it took the buffer: let the next event schedule a flush again.
             self._flush_queued = False
+            return
+        exc = task.exception()
+        if isinstance(exc, (OperationalError, InterfaceError)) and self.on_lost is not None:
+            log.error("run %s: a journal write lost its connection", self.run_id, exc_info=exc)
+            self.on_lost(exc)
 
     async def flush(
         self, extra: Sequence[NewEvent] = (), *, also: Callable[[], None] | None = None, **run_updates: Any
@@ -196,13 +205,14 @@ class JournalWriter:
         async with self._lock:
             self.closed = True
             batch = self._take() + list(final)
-            return await sync_to_async(services.finish_run)(self.run_id, batch, **run_updates)
+            return await sync_to_async(revived(services.finish_run))(self.run_id, batch, **run_updates)
 
 
 def _append(
     run_id: int, batch: list[NewEvent], also: Callable[[], None] | None, updates: dict[str, Any]
 ) -> tuple[list[JournalEvent], int, bool]:
     """Append in a transaction; (rows, session id, whether it committed here and is for us to publish)."""
+    revive()
     if transaction.get_connection().in_atomic_block:
         # Someone's outer transaction decides when this commits: publish on that commit.
         with transaction.atomic():
@@ -296,6 +306,7 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
     Any other failure rolls the group back, and each batch is then written in a
     transaction of its own, so one bad batch cannot cost the others theirs.
     """
+    revive()
     connection = transaction.get_connection()
     on_postgres = connection.vendor == "postgresql"
     if connection.in_atomic_block or (len(items) == 1 and not on_postgres):
@@ -308,6 +319,12 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
         else:
             with transaction.atomic():
                 results = journal.append_group_unpublished(items)
+    except (OperationalError, InterfaceError) as exc:
+        # The connection was lost mid-statement (revive() saw it open): whether the group
+        # committed is unknown, and writing it again could journal it twice. The runs' flushes
+        # fail instead, and their executions end them as failed.
+        log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
+        return [exc] * len(items)
     except Exception:
         log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
         return [_append_alone(run_id, batch) for run_id, batch in items]

@@ -1,0 +1,80 @@
+"""The runner's database connections outlive any request, so they must notice a lost server.
+
+Design note: docs/runner.md ("Losing the database"). Django replaces a broken connection
+at the start and end of each request (`close_old_connections`); a runner has no requests:
+its threads (asgiref's database thread, the journal writer's) keep one connection each for
+as long as the process runs. After a PostgreSQL restart, a failover or a proxy's idle
+timeout every one of them stayed broken and the runner had to be restarted by hand.
+
+`revive()` runs at the start of each unit of the runner's database work, in the thread that
+does it. It costs no round trip: libpq reads what the server sent while the connection was
+idle (a terminated backend's error, the end of the stream) without blocking, and the
+connection is replaced only if that shows it closed, or if an earlier statement on it failed
+and it no longer answers.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.db import connection
+
+log = logging.getLogger(__name__)
+
+# A pool may hand back another connection the same outage closed; each is seen at once.
+ATTEMPTS = 3
+
+
+def revive() -> None:
+    """Replace this thread's database connection if the server has closed it."""
+    if connection.in_atomic_block:
+        return  # the caller's transaction owns it; its failure is the caller's to handle
+    for _ in range(ATTEMPTS):
+        if connection.connection is None:
+            return  # opened fresh on first use
+        if connection.errors_occurred:
+            connection.close_if_unusable_or_obsolete()
+        elif _server_closed():
+            log.warning("the database closed this thread's connection; opening another")
+            connection.close()
+        else:
+            return
+        if connection.vendor != "postgresql":
+            return
+        connection.ensure_connection()
+
+
+def revived[**P, R](func: Callable[P, R]) -> Callable[P, R]:
+    """`func`, after `revive()`: for the entry points of the runner's database work."""
+
+    @functools.wraps(func)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        revive()
+        return func(*args, **kwargs)
+
+    return call
+
+
+def _server_closed() -> bool:
+    return connection.vendor == "postgresql" and server_closed(connection.connection)
+
+
+def server_closed(conn: Any) -> bool:
+    """Whether the server has closed this idle psycopg connection (sync or async): no round trip."""
+    import psycopg
+    from psycopg.pq import ConnStatus
+
+    if conn.closed:
+        return True
+    pgconn = conn.pgconn
+    try:
+        # Twice: a terminated backend's last message comes before the end of the stream,
+        # and one read takes only the message.
+        pgconn.consume_input()
+        pgconn.consume_input()
+    except psycopg.OperationalError:
+        return True
+    return pgconn.status != ConnStatus.OK
