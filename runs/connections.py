@@ -20,7 +20,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import psycopg
 from django.db import connection
+from psycopg.pq import ConnStatus
 
 log = logging.getLogger(__name__)
 
@@ -64,9 +66,6 @@ def _server_closed() -> bool:
 
 def server_closed(conn: Any) -> bool:
     """Whether the server has closed this idle psycopg connection (sync or async): no round trip."""
-    import psycopg
-    from psycopg.pq import ConnStatus
-
     if conn.closed:
         return True
     pgconn = conn.pgconn
