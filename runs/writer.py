@@ -319,13 +319,14 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
         else:
             with transaction.atomic():
                 results = journal.append_group_unpublished(items)
-    except (OperationalError, InterfaceError) as exc:
-        # The connection was lost mid-statement (revive() saw it open): whether the group
-        # committed is unknown, and writing it again could journal it twice. The runs' flushes
-        # fail instead, and their executions end them as failed.
-        log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
-        return [exc] * len(items)
-    except Exception:
+    except Exception as exc:
+        if on_postgres and isinstance(exc, (OperationalError, InterfaceError)):
+            # The connection was lost mid-statement (revive() saw it open): whether the group
+            # committed is unknown, and writing it again could journal it twice. The runs'
+            # flushes fail instead, and their executions end them as failed. (SQLite's
+            # transaction surely rolled back: it is written again below.)
+            log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
+            return [exc] * len(items)
         log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
         return [_append_alone(run_id, batch) for run_id, batch in items]
     return [result if isinstance(result, Exception) else (*result, True) for result in results]
