@@ -181,16 +181,13 @@ def wake_runners(reason: str, run_id: int | None = None) -> None:
     token (bench/README.md, round seven).
     """
     if runners_listen():
+        # The payload is for whoever watches the channel (psql's LISTEN); runners only wake.
+        payload = reason if run_id is None else f"{reason}:{run_id}"
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [RUNNERS_CHANNEL, wake_payload(reason, run_id)])
+            cursor.execute("SELECT pg_notify(%s, %s)", [RUNNERS_CHANNEL, payload])
         return
     message = {"type": "runner.wake", "reason": reason, "run_id": run_id}
     transaction.on_commit(lambda: _send(RUNNERS_GROUP, message))
-
-
-def wake_payload(reason: str, run_id: int | None) -> str:
-    # For whoever watches the channel (psql's LISTEN); runners only need to wake.
-    return reason if run_id is None else f"{reason}:{run_id}"
 
 
 def connection_params() -> dict[str, Any]:
