@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from hermesweb.agents import load_agents
 from hermesweb.env import env_bool, env_float, env_int, env_list, env_roots, env_str
+from hermesweb.pgcheck import check_pooled
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -125,6 +126,9 @@ else:
             "min_size": 1,
             "max_size": DB_POOL_MAX,
             "timeout": DB_POOL_TIMEOUT,
+            # A connection the server closed while it sat in the pool (a restart, a failover)
+            # is replaced before a request gets it, at no round trip's cost.
+            "check": check_pooled,
         }
     if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         DATABASES["default"].setdefault("OPTIONS", {}).update(

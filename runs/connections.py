@@ -15,6 +15,7 @@ and it no longer answers.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -22,7 +23,8 @@ from typing import Any
 
 import psycopg
 from django.db import connection
-from psycopg.pq import ConnStatus
+
+from hermesweb.pgcheck import server_closed
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +66,41 @@ def _server_closed() -> bool:
     return connection.vendor == "postgresql" and server_closed(connection.connection)
 
 
-def server_closed(conn: Any) -> bool:
-    """Whether the server has closed this idle psycopg connection (sync or async): no round trip."""
-    if conn.closed:
-        return True
-    pgconn = conn.pgconn
-    try:
-        # Twice: a terminated backend's last message comes before the end of the stream,
-        # and one read takes only the message.
-        pgconn.consume_input()
-        pgconn.consume_input()
-    except psycopg.OperationalError:
-        return True
-    return pgconn.status != ConnStatus.OK
+def connection_params() -> dict[str, Any]:
+    """How a runner's own async connection reaches the database Django uses."""
+    params = connection.get_connection_params()
+    for sync_only in ("cursor_factory", "context"):
+        params.pop(sync_only, None)
+    return params
+
+
+async def connect() -> psycopg.AsyncConnection[Any]:
+    """A connection of the runner's own, in its loop (autocommit), to the database Django uses."""
+    return await psycopg.AsyncConnection.connect(**connection_params(), autocommit=True)
+
+
+class LoopConnection:
+    """A PostgreSQL connection of the runner's own, in its event loop, in autocommit.
+
+    For the statements on a first token's path (the claim, the journal's group commit):
+    through Django's connection each went to a database thread and back, two thread hops.
+    Opened at first use, and again when the server has closed it (`server_closed`, no round
+    trip); a caller that saw a statement fail on it calls `discard()`.
+    """
+
+    def __init__(self) -> None:
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is not None and server_closed(self._conn):
+            log.warning("the database closed a connection of the runner's loop; opening another")
+            await self.discard()
+        if self._conn is None:
+            self._conn = await connect()
+        return self._conn
+
+    async def discard(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error):
+                await conn.close()

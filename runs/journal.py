@@ -17,6 +17,7 @@ from functools import lru_cache
 from typing import Any
 
 import orjson
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models.base import ModelState
@@ -143,64 +144,99 @@ def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) ->
     of the caller's; outside one it commits by itself, so a group costs one round trip.
     SQLite has no round trips to save: it appends run by run, in the caller's transaction.
     """
+    if connection.vendor != "postgresql":
+        _check_group(items)
+        return [_append_or_refusal(run_id, events) for run_id, events in items]
+    group = _Group(items)
+    with connection.cursor() as cursor:
+        cursor.execute(_group_statement(), group.params)
+        group.read(cursor.fetchall())
+        found: dict[int, str] = {}
+        if group.missing:
+            cursor.execute(_sql(_STATUS_OF), [group.missing])
+            found = dict(cursor.fetchall())
+    return group.results(connection.alias, found)
+
+
+async def aappend_group_unpublished(
+    conn: psycopg.AsyncConnection[Any], items: Sequence[tuple[int, Sequence[NewEvent]]]
+) -> list[GroupResult]:
+    """append_group_unpublished on PostgreSQL through a psycopg connection in autocommit, in
+    the caller's event loop (the runner's: writer.GroupCommit), so no thread hop is paid."""
+    group = _Group(items)
+    async with conn.cursor() as cursor:
+        await cursor.execute(_group_statement(), group.params)
+        group.read(await cursor.fetchall())
+        found: dict[int, str] = {}
+        if group.missing:
+            await cursor.execute(_sql(_STATUS_OF), [group.missing])
+            found = dict(await cursor.fetchall())
+    return group.results(connection.alias, found)
+
+
+_STATUS_OF = "SELECT {id}, {status} FROM {run} WHERE {id} = ANY(%s)"
+
+
+def _check_group(items: Sequence[tuple[int, Sequence[NewEvent]]]) -> None:
     runs = [run_id for run_id, _ in items]
     if len(set(runs)) != len(runs):
         raise ValueError("a group holds at most one batch per run")
     for _, events in items:
         if not events or any(event.terminal for event in events):
             raise ValueError("a group batch is non-empty and has no terminal event")
-    if connection.vendor != "postgresql":
-        return [_append_or_refusal(run_id, events) for run_id, events in items]
-    now = timezone.now()
-    # Per row: run id, its place in its run's batch (from 1), type, terminal, redacted payload.
-    planned = [
-        (run_id, offset, event.type, event.terminal, redact(event.payload))
-        for run_id, events in items
-        for offset, event in enumerate(events, start=1)
-    ]
-    # Ordered by id, so concurrent groups lock runs in the same order.
-    order = sorted(range(len(items)), key=lambda i: runs[i])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _group_statement(),
-            [
-                [runs[i] for i in order],
-                [len(items[i][1]) for i in order],
-                *sorted(TERMINAL_STATES),
-                connection.ops.adapt_datetimefield_value(now),
-                *([row[i] for row in planned] for i in range(4)),
-                [_dump_json(row[4]) for row in planned],
-            ],
-        )
-        taken: dict[int, tuple[int, int]] = {}  # run id: (session id, its first new seq)
-        ids: dict[tuple[int, int], int] = {}
-        for is_event, pk, a, b in cursor.fetchall():
+
+
+class _Group:
+    """One group statement's parameters, and its rows read back into results."""
+
+    def __init__(self, items: Sequence[tuple[int, Sequence[NewEvent]]]) -> None:
+        _check_group(items)
+        self.runs = [run_id for run_id, _ in items]
+        self.now = timezone.now()
+        # Per row: run id, its place in its run's batch (from 1), type, terminal, redacted payload.
+        self.planned = [
+            (run_id, offset, event.type, event.terminal, redact(event.payload))
+            for run_id, events in items
+            for offset, event in enumerate(events, start=1)
+        ]
+        # Ordered by id, so concurrent groups lock runs in the same order.
+        order = sorted(range(len(items)), key=lambda i: self.runs[i])
+        self.params = [
+            [self.runs[i] for i in order],
+            [len(items[i][1]) for i in order],
+            *sorted(TERMINAL_STATES),
+            connection.ops.adapt_datetimefield_value(self.now),
+            *([row[i] for row in self.planned] for i in range(4)),
+            [_dump_json(row[4]) for row in self.planned],
+        ]
+        self.taken: dict[int, tuple[int, int]] = {}  # run id: (session id, its first new seq)
+        self.ids: dict[tuple[int, int], int] = {}
+        self.missing: list[int] = []
+
+    def read(self, fetched: Iterable[tuple[Any, ...]]) -> None:
+        for is_event, pk, a, b in fetched:
             if is_event:
-                ids[(a, b)] = pk
+                self.ids[(a, b)] = pk
             else:
-                taken[pk] = (a, b)
-        missing = [run_id for run_id in runs if run_id not in taken]
-        found: dict[int, str] = {}
-        if missing:
-            cursor.execute(_sql("SELECT {id}, {status} FROM {run} WHERE {id} = ANY(%s)"), [missing])
-            found = dict(cursor.fetchall())
-    alias = connection.alias
-    saved: dict[int, list[JournalEvent]] = {run_id: [] for run_id in taken}
-    for run_id, offset, type_, terminal, payload in planned:
-        if run_id in taken:
-            seq = taken[run_id][1] + offset - 1
-            saved[run_id].append(
-                _saved_event(alias, ids.get((run_id, seq)), run_id, seq, type_, now, terminal, payload)
-            )
-    results: list[GroupResult] = []
-    for run_id in runs:
-        if run_id in taken:
-            results.append((saved[run_id], taken[run_id][0]))
-        elif run_id in found:
-            results.append(AlreadyTerminal(f"run {run_id} already ended ({found[run_id]})"))
-        else:
-            results.append(Run.DoesNotExist(f"Run {run_id} does not exist."))
-    return results
+                self.taken[pk] = (a, b)
+        self.missing = [run_id for run_id in self.runs if run_id not in self.taken]
+
+    def results(self, alias: str, found: dict[int, str]) -> list[GroupResult]:
+        saved: dict[int, list[JournalEvent]] = {run_id: [] for run_id in self.taken}
+        for run_id, offset, type_, terminal, payload in self.planned:
+            if run_id in self.taken:
+                seq = self.taken[run_id][1] + offset - 1
+                pk = self.ids.get((run_id, seq))
+                saved[run_id].append(_saved_event(alias, pk, run_id, seq, type_, self.now, terminal, payload))
+        results: list[GroupResult] = []
+        for run_id in self.runs:
+            if run_id in self.taken:
+                results.append((saved[run_id], self.taken[run_id][0]))
+            elif run_id in found:
+                results.append(AlreadyTerminal(f"run {run_id} already ended ({found[run_id]})"))
+            else:
+                results.append(Run.DoesNotExist(f"Run {run_id} does not exist."))
+        return results
 
 
 @lru_cache(maxsize=1)  # PostgreSQL only; built once, not on every append

@@ -188,11 +188,3 @@ def wake_runners(reason: str, run_id: int | None = None) -> None:
         return
     message = {"type": "runner.wake", "reason": reason, "run_id": run_id}
     transaction.on_commit(lambda: _send(RUNNERS_GROUP, message))
-
-
-def connection_params() -> dict[str, Any]:
-    """How a runner's own async connection reaches the database Django uses."""
-    params = connection.get_connection_params()
-    for sync_only in ("cursor_factory", "context"):
-        params.pop(sync_only, None)
-    return params

@@ -27,14 +27,15 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from runs import leases, notify
+from runs import connections, leases, notify
 from runs.agents import AgentPool, AgentProcess
-from runs.connections import revived, server_closed
+from runs.connections import LoopConnection, revived
 from runs.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start
 from runs.jobs import JobLoop
 from runs.models import Control, Run
 from runs.services import do_mark_interrupted
 from runs.translate import Translator
+from runs.writer import group_commit
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class RunnerProcess:
         self._wake = asyncio.Event()
         self._controls_wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
-        self._claim_conn: psycopg.AsyncConnection[Any] | None = None
+        self._claim_conn = LoopConnection()  # PostgreSQL: claims from this loop (leases.aclaim_postgres)
         self.poll = settings.HERMESWEB_RUNNER_POLL_SECONDS
         self.lease = settings.HERMESWEB_LEASE_SECONDS
 
@@ -71,6 +72,9 @@ class RunnerProcess:
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.add_signal_handler(sig, self.stopping.set)
         await self._reap()
+        journal_group = group_commit()
+        if notify.runners_listen():
+            journal_group.connection = LoopConnection()  # the journal's group commits, from this loop
         loops = [
             asyncio.ensure_future(self._claim_loop()),
             asyncio.ensure_future(self._lease_loop()),
@@ -81,11 +85,13 @@ class RunnerProcess:
         await self.stopping.wait()
         log.info("runner %s stopping: no new claims; %d turn(s) finishing", self.runner_id, len(self.tasks))
         loops[0].cancel()
-        await self._close_claim_conn()
+        await self._claim_conn.discard()
         await self._drain(settings.HERMESWEB_SHUTDOWN_GRACE_SECONDS)
         for task in loops:
             task.cancel()
         await self.pool.close_all()
+        if journal_group.connection is not None:
+            await journal_group.connection.discard()
         await sync_to_async(leases.mark_stopped)(self.runner_id)
         log.info("runner %s stopped", self.runner_id)
 
@@ -127,22 +133,13 @@ class RunnerProcess:
             return await sync_to_async(revived(claim_and_start))(self.runner_id)
         # PostgreSQL: on a connection of our own, in this loop (leases.aclaim_postgres).
         try:
-            if self._claim_conn is None or server_closed(self._claim_conn):
-                await self._close_claim_conn()
-                self._claim_conn = await _connect()
-            return await aclaim_and_start(self.runner_id, self._claim_conn)
+            return await aclaim_and_start(self.runner_id, await self._claim_conn.get())
         except psycopg.OperationalError:
             # Whether a claim committed before the connection broke is unknown: a run claimed
             # and never started is the reaper's when its lease runs out, as after a crash.
             log.warning("claim connection failed; connecting again at the next claim", exc_info=True)
-            await self._close_claim_conn()
+            await self._claim_conn.discard()
             return None
-
-    async def _close_claim_conn(self) -> None:
-        conn, self._claim_conn = self._claim_conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                await conn.close()
 
     def _start(self, claimed: Claimed) -> None:
         execution = RunExecution(self, claimed)
@@ -214,7 +211,7 @@ class RunnerProcess:
 
     async def _listen_postgres(self) -> None:
         # Its own connection in this loop: a notification wakes the claim without a thread hop.
-        async with await _connect() as conn:
+        async with await connections.connect() as conn:
             await conn.execute(f"LISTEN {notify.RUNNERS_CHANNEL}")
             self.wake()  # whatever was written while nobody listened
             async for _ in conn.notifies():
@@ -264,8 +261,3 @@ def _store_commands(agent_session_id: str, commands: list[dict[str, Any]]) -> No
     for session_id in Session.objects.filter(agent_session_id=agent_session_id).values_list("pk", flat=True):
         Session.objects.filter(pk=session_id).update(commands=commands)
         notify.publish_session_changed(session_id)
-
-
-async def _connect() -> psycopg.AsyncConnection[Any]:
-    """A connection of the runner's own, in its loop (autocommit), to the database Django uses."""
-    return await psycopg.AsyncConnection.connect(**notify.connection_params(), autocommit=True)

@@ -12,7 +12,7 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs import leases, notify
+from runs import connections, leases
 from runs.models import JournalEvent, Run, RunStatus
 from tests import factories
 
@@ -167,7 +167,7 @@ def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turn
     factories.RunFactory(status="queued")
 
     async def claim() -> Any:
-        params = notify.connection_params()
+        params = connections.connection_params()
         async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
             return await aclaim_and_start("r1", conn)
 

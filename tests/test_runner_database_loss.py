@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runs import notify
+from runs import connections
 from runs.demo_agent.scripts import SLOW_CHUNKS
 from runs.models import Run, RunStatus
 from tests import factories
@@ -97,7 +97,7 @@ def test_a_write_cut_off_midway_stops_the_turn_and_says_so(runner: Proc, session
     # Hold the run's row so the runner's next journal write waits on it, then cut that
     # write's connection while it waits: whether such a write committed is unknown to the
     # runner, as when a server dies under a statement.
-    with psycopg.connect(**notify.connection_params()) as holder:
+    with psycopg.connect(**connections.connection_params()) as holder:
         holder.execute(f"SELECT 1 FROM {Run._meta.db_table} WHERE id = %s FOR UPDATE", [run.pk])
         waiting = wait_for(lambda: _runner_backend_waiting_on_a_lock(holder), 30, what="a blocked write")
         holder.execute("SELECT pg_terminate_backend(%s)", [waiting])

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 from django.db import transaction
 
-from runs import notify
+from runs import connections, notify
 from runs.controls import do_cancel, do_respond_approval
 from runs.models import Run, RunStatus
 from tests import factories
@@ -42,7 +42,7 @@ def session(db: None) -> Any:
 
 @pytest.fixture
 def listener() -> Iterator[psycopg.Connection[Any]]:
-    with psycopg.connect(**notify.connection_params(), autocommit=True) as conn:
+    with psycopg.connect(**connections.connection_params(), autocommit=True) as conn:
         conn.execute(f"LISTEN {notify.RUNNERS_CHANNEL}")
         yield conn
 

@@ -19,6 +19,13 @@ def delta(text: str, message_id: str = "m1") -> NewEvent:
     return NewEvent("token.delta", {"message_id": message_id, "delta": text})
 
 
+async def until(condition: Any, timeout: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
 def rows(run: Any) -> list[tuple[str, dict]]:
     return [(e.type, e.payload) for e in JournalEvent.objects.filter(run=run).order_by("seq")]
 
@@ -170,3 +177,83 @@ def test_a_run_that_ended_refuses_its_batch_alone_in_a_group() -> None:
     assert rows(live) == [("token.delta", {"message_id": "m1", "delta": d}) for d in ("a", "e")]
     assert rows(other) == [("token.delta", {"message_id": "m1", "delta": "c"})]
     assert not JournalEvent.objects.filter(run=ended).exists()
+
+
+@pytest.mark.postgres
+def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread_gives() -> None:
+    from runs.connections import LoopConnection
+    from runs.journal import AlreadyTerminal
+    from runs.writer import GroupCommit
+
+    live, ended, other = (factories.RunFactory(status=s) for s in ("running", "completed", "running"))
+    bad_batch = [NewEvent("done", {"state": "completed"}), delta("after the end")]  # done not last
+
+    async def scenario() -> list[list[Any]]:
+        group = GroupCommit()
+        group.connection = LoopConnection()
+        try:
+            first = await group._write_on_loop(
+                [
+                    (live.pk, [delta("a")]),
+                    (ended.pk, [delta("b")]),
+                    (other.pk, [delta("c"), delta("d", "m2")]),
+                ]
+            )
+            second = await group._write_on_loop([(live.pk, [delta("e")]), (other.pk, bad_batch)])
+            return [first, second]
+        finally:
+            await group.connection.discard()
+
+    first, second = asyncio.run(scenario())
+    assert isinstance(first[1], AlreadyTerminal)
+    written = [event for result in (first[0], first[2]) for event in result[0]]  # type: ignore[index]
+    stored = {(e.run_id, e.seq): e.pk for e in JournalEvent.objects.filter(run__in=[live, other])}
+    assert [(e.run_id, e.seq, e.payload["delta"]) for e in written] == [
+        (live.pk, 1, "a"),
+        (other.pk, 1, "c"),
+        (other.pk, 2, "d"),
+    ]
+    assert all(e.pk == stored[(e.run_id, e.seq)] for e in written)
+    assert first[0][2] is True  # type: ignore[index]  # committed here: the caller publishes
+    # A failure of any other kind: each batch alone, as in the database thread.
+    assert isinstance(second[1], ValueError)
+    assert [d["delta"] for _, d in rows(live)] == ["a", "e"]
+    assert [d["delta"] for _, d in rows(other)] == ["c", "d"]
+    assert not JournalEvent.objects.filter(run=ended).exists()
+
+
+@pytest.mark.postgres
+def test_a_loop_connection_cut_mid_write_fails_that_flush_and_the_next_connects_again() -> None:
+    import psycopg
+    from django.db import OperationalError
+
+    from runs import connections
+    from runs.connections import LoopConnection
+    from runs.writer import group_commit
+
+    run = factories.RunFactory(status="running")
+    lost: list[BaseException] = []
+
+    async def scenario() -> None:
+        group = group_commit()
+        group.connection = LoopConnection()
+        writer = JournalWriter(run.pk, window_ms=0)
+        writer.on_lost = lost.append
+        await writer.flush([delta("before ")])
+        backend = (await group.connection.get()).info.backend_pid
+        with psycopg.connect(**connections.connection_params(), autocommit=True) as other:
+            # The run's row held: the next write waits inside its statement, then is cut there.
+            with other.transaction():
+                other.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
+                writer.add([delta("lost? ")])
+                query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+                await until(lambda: other.execute(query, [backend]).fetchone() is not None)
+                other.execute("SELECT pg_terminate_backend(%s)", [backend])
+            await until(lambda: bool(lost))
+        # Idle since the cut: the next write opens another connection and goes through.
+        await writer.flush([delta("after")])
+        await group.connection.discard()
+
+    asyncio.run(scenario())
+    assert len(lost) == 1 and isinstance(lost[0], OperationalError)
+    assert [d["delta"] for _, d in rows(run)] == ["before ", "after"]
