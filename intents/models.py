@@ -40,7 +40,8 @@ class PendingIntentQuerySet(models.QuerySet["PendingIntent"]):
 
 
 class PendingIntent(models.Model):
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="intents")
+    # No index of its own: (session, state, position) leads with it.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="intents", db_index=False)
     client_id = models.CharField(max_length=100)
     kind = models.CharField(max_length=20, choices=IntentKind.choices, default=IntentKind.QUEUE)
     state = models.CharField(max_length=20, choices=IntentState.choices, default=IntentState.WAITING)

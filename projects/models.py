@@ -34,7 +34,10 @@ class Project(models.Model):
     running_default = models.CharField(
         max_length=10, choices=RunningDefault.choices, default=RunningDefault.QUEUE
     )
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="projects")
+    # No index of its own: the unique (owner, slug) leads with it.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="projects", db_index=False
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -107,7 +110,8 @@ class SessionQuerySet(models.QuerySet["Session"]):
 
 
 class Session(models.Model):
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions")
+    # No index of its own: (project, -updated_at) leads with it, and every turn touches updated_at.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="sessions", db_index=False)
     title = models.CharField(max_length=300, blank=True)
     agent_session_id = models.CharField(
         max_length=200, blank=True, help_text="The ACP sessionId; empty until the agent created it."

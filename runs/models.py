@@ -66,7 +66,8 @@ class RunQuerySet(models.QuerySet["Run"]):
 
 
 class Run(models.Model):
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own: (session, created_at) leads with it. Every index costs each insert.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs", db_index=False)
     client_id = models.CharField(max_length=100)
     prompt_text = models.TextField()
     attachments = models.JSONField(default=list, blank=True)
@@ -149,7 +150,8 @@ class EventType(models.TextChoices):
 class JournalEvent(models.Model):
     """One immutable event; `(run, seq)` is unique and seq has no gaps."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    # No index of its own: the unique (run, seq) leads with it, and every row pays for each index.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=30, choices=EventType.choices)
     created_at = models.DateTimeField(default=timezone.now)
@@ -217,7 +219,8 @@ class ControlQuerySet(models.QuerySet["Control"]):
 class Control(models.Model):
     """A durable control request; the runner applies it and records the result."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="controls")
+    # No index of its own: the unique (run, key) leads with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="controls", db_index=False)
     kind = models.CharField(max_length=20, choices=ControlKind.choices)
     target_id = models.CharField(max_length=200, blank=True, help_text="Approval/clarify id, intent id.")
     key = models.CharField(max_length=300, help_text="Idempotency key: a repeat is a duplicate.")
