@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import psycopg
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
@@ -298,20 +297,23 @@ class GroupCommit:
     async def _write_on_loop(self, items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult | Exception]:
         """_append_group's PostgreSQL statement on this loop's connection; the same answers."""
         assert self.connection is not None
+        conn = None
         try:
             conn = await self.connection.get()
             results = await journal.aappend_group_unpublished(conn, items)
-        except psycopg.OperationalError as exc:
-            await self.connection.discard()
-            # As _append_group: whether the group committed is unknown, so it is not written
-            # again; the runs' executions end them as failed (their writers' on_lost).
-            log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
-            lost = OperationalError(str(exc))
-            lost.__cause__ = exc
-            return [lost] * len(items)
-        except Exception:
-            # Refused whole (a statement error rolls the group back): each batch alone, so
-            # one bad batch cannot cost the others theirs.
+        except Exception as exc:
+            if conn is not None and conn.closed:
+                await self.connection.discard()
+                # As _append_group: the connection was lost during the statement, so whether
+                # the group committed is unknown and it is not written again; the runs'
+                # executions end them as failed (their writers' on_lost).
+                log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
+                lost = OperationalError(str(exc))
+                lost.__cause__ = exc
+                return [lost] * len(items)
+            # Refused whole on a live connection (a lock timeout, a deadlock, a bad batch: in
+            # autocommit the statement rolled back), or never sent: each batch alone, through
+            # a database thread, so one bad batch cannot cost the others theirs.
             log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
             append = sync_to_async(_append_alone, thread_sensitive=False, executor=_db_threads)
             return [await append(run_id, batch) for run_id, batch in items]
@@ -350,11 +352,13 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
             with transaction.atomic():
                 results = journal.append_group_unpublished(items)
     except Exception as exc:
-        if on_postgres and isinstance(exc, (OperationalError, InterfaceError)):
+        raw = connection.connection
+        if on_postgres and (raw is None or raw.closed):
             # The connection was lost mid-statement (revive() saw it open): whether the group
             # committed is unknown, and writing it again could journal it twice. The runs'
-            # flushes fail instead, and their executions end them as failed. (SQLite's
-            # transaction surely rolled back: it is written again below.)
+            # flushes fail instead, and their executions end them as failed. (Refused on a
+            # connection that stays up, the statement rolled back; SQLite's transaction surely
+            # did: either is written again below.)
             log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
             return [exc] * len(items)
         log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)

@@ -257,3 +257,76 @@ def test_a_loop_connection_cut_mid_write_fails_that_flush_and_the_next_connects_
     asyncio.run(scenario())
     assert len(lost) == 1 and isinstance(lost[0], OperationalError)
     assert [d["delta"] for _, d in rows(run)] == ["before ", "after"]
+
+
+@pytest.mark.postgres
+def test_a_group_refused_on_a_live_loop_connection_is_written_again_one_by_one() -> None:
+    import psycopg
+
+    from runs import connections
+    from runs.connections import LoopConnection
+    from runs.writer import group_commit
+
+    run = factories.RunFactory(status="running")
+    lost: list[BaseException] = []
+
+    async def scenario() -> None:
+        group = group_commit()
+        group.connection = LoopConnection()
+        loop_conn = await group.connection.get()
+        await loop_conn.execute("SET lock_timeout = '50ms'")
+        writer = JournalWriter(run.pk, window_ms=0)
+        writer.on_lost = lost.append
+        with psycopg.connect(**connections.connection_params(), autocommit=True) as other:
+            with other.transaction():
+                # The run's row held: the group's statement gives up (lock_timeout) and rolls
+                # back on a connection that stays up; the batch's own write then waits here.
+                other.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
+                flushing = asyncio.ensure_future(writer.flush([delta("kept")]))
+                waiting = (
+                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid NOT IN (%s, %s)"
+                )
+                await until(
+                    lambda: (
+                        other.execute(
+                            waiting, [loop_conn.info.backend_pid, other.info.backend_pid]
+                        ).fetchone()
+                        is not None
+                    )
+                )
+            await flushing
+        assert not loop_conn.closed
+        await group.connection.discard()
+
+    asyncio.run(scenario())
+    assert lost == []
+    assert rows(run) == [("token.delta", {"message_id": "m1", "delta": "kept"})]
+
+
+@pytest.mark.postgres
+def test_a_group_refused_on_a_live_thread_connection_is_written_again_one_by_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.db import OperationalError
+
+    from runs import journal
+    from runs.writer import _append_group
+
+    first, second = factories.RunFactory(status="running"), factories.RunFactory(status="running")
+
+    real = journal.append_group_unpublished
+    calls: list[int] = []
+
+    def refused_once(items: Any) -> Any:
+        calls.append(len(items))
+        if len(calls) == 1:  # the group's statement; the batches alone are groups of one again
+            raise OperationalError("deadlock detected")  # as psycopg's, wrapped: the connection is fine
+        return real(items)
+
+    monkeypatch.setattr(journal, "append_group_unpublished", refused_once)
+    results = _append_group([(first.pk, [delta("a")]), (second.pk, [delta("b")])])
+
+    assert not any(isinstance(result, Exception) for result in results)
+    assert calls == [2, 1, 1]
+    assert rows(first) == [("token.delta", {"message_id": "m1", "delta": "a"})]
+    assert rows(second) == [("token.delta", {"message_id": "m1", "delta": "b"})]
