@@ -152,8 +152,6 @@ def raw_insert(n: int, chunk: int = 1000) -> int:
 
 def writer_feed(n: int, tool_every: int = 0) -> tuple[int, int]:
     """Feed a JournalWriter n events as a fast agent's reader would; returns (events, rows)."""
-    from runs import notify
-    from runs.connections import LoopConnection
     from runs.journal import NewEvent
     from runs.models import JournalEvent
     from runs.writer import JournalWriter, group_commit
@@ -162,8 +160,7 @@ def writer_feed(n: int, tool_every: int = 0) -> tuple[int, int]:
 
     async def feed() -> None:
         group = group_commit()
-        if notify.runners_listen():  # as a runner on PostgreSQL: the groups go from its loop
-            group.connection = LoopConnection()
+        group.write_from_loop()  # as a runner does
         writer = JournalWriter(run_id)
         for i in range(n):
             if tool_every and i % tool_every == tool_every - 1:
@@ -175,8 +172,7 @@ def writer_feed(n: int, tool_every: int = 0) -> tuple[int, int]:
                 await asyncio.sleep(0)
         # The lock is FIFO: this flush runs after every flush queued before it.
         await writer.flush()
-        if group.connection is not None:
-            await group.connection.discard()
+        await group.close()
 
     asyncio.run(feed())
     rows = JournalEvent.objects.filter(run_id=run_id).count()

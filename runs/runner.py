@@ -73,8 +73,7 @@ class RunnerProcess:
                 loop.add_signal_handler(sig, self.stopping.set)
         await self._reap()
         journal_group = group_commit()
-        if notify.runners_listen():
-            journal_group.connection = LoopConnection()  # the journal's group commits, from this loop
+        journal_group.write_from_loop()
         loops = [
             asyncio.ensure_future(self._claim_loop()),
             asyncio.ensure_future(self._lease_loop()),
@@ -90,8 +89,7 @@ class RunnerProcess:
         for task in loops:
             task.cancel()
         await self.pool.close_all()
-        if journal_group.connection is not None:
-            await journal_group.connection.discard()
+        await journal_group.close()
         await sync_to_async(leases.mark_stopped)(self.runner_id)
         log.info("runner %s stopped", self.runner_id)
 

@@ -249,6 +249,16 @@ class GroupCommit:
         # through a database thread (two thread hops fewer on every first token).
         self.connection: LoopConnection | None = None
 
+    def write_from_loop(self) -> None:
+        """Send the groups from this loop, as a runner does (PostgreSQL; SQLite keeps its thread)."""
+        if self.connection is None and notify.runners_listen():
+            self.connection = LoopConnection()
+
+    async def close(self) -> None:
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await connection.discard()
+
     async def append(self, run_id: int, batch: list[NewEvent]) -> AppendResult:
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         self._waiting.append((run_id, batch, future))
@@ -315,8 +325,7 @@ class GroupCommit:
             # autocommit the statement rolled back), or never sent: each batch alone, through
             # a database thread, so one bad batch cannot cost the others theirs.
             log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
-            append = sync_to_async(_append_alone, thread_sensitive=False, executor=_db_threads)
-            return [await append(run_id, batch) for run_id, batch in items]
+            return await sync_to_async(_append_each, thread_sensitive=False, executor=_db_threads)(items)
         return [result if isinstance(result, Exception) else (*result, True) for result in results]
 
 
@@ -342,7 +351,7 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
     connection = transaction.get_connection()
     on_postgres = connection.vendor == "postgresql"
     if connection.in_atomic_block or (len(items) == 1 and not on_postgres):
-        return [_append_alone(run_id, batch) for run_id, batch in items]
+        return _append_each(items)
     try:
         if on_postgres:
             # One statement that commits by itself: the group, even of one run, is one round
@@ -362,8 +371,13 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
             log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
             return [exc] * len(items)
         log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
-        return [_append_alone(run_id, batch) for run_id, batch in items]
+        return _append_each(items)
     return [result if isinstance(result, Exception) else (*result, True) for result in results]
+
+
+def _append_each(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult | Exception]:
+    """Each (run id, events) in a transaction of its own: one bad batch costs only itself."""
+    return [_append_alone(run_id, batch) for run_id, batch in items]
 
 
 def _append_alone(run_id: int, batch: list[NewEvent]) -> AppendResult | Exception:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,6 +19,18 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def delta(text: str, message_id: str = "m1") -> NewEvent:
     return NewEvent("token.delta", {"message_id": message_id, "delta": text})
+
+
+@contextlib.contextmanager
+def holding_the_run_row(run: Any) -> Iterator[Any]:
+    """Another connection holds the run's row (FOR UPDATE) until the block ends: writes wait."""
+    import psycopg
+
+    from runs import connections
+
+    with psycopg.connect(**connections.connection_params(), autocommit=True) as other, other.transaction():
+        other.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
+        yield other
 
 
 async def until(condition: Any, timeout: float = 15.0) -> None:
@@ -181,7 +195,6 @@ def test_a_run_that_ended_refuses_its_batch_alone_in_a_group() -> None:
 
 @pytest.mark.postgres
 def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread_gives() -> None:
-    from runs.connections import LoopConnection
     from runs.journal import AlreadyTerminal
     from runs.writer import GroupCommit
 
@@ -190,7 +203,7 @@ def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread
 
     async def scenario() -> list[list[Any]]:
         group = GroupCommit()
-        group.connection = LoopConnection()
+        group.write_from_loop()
         try:
             first = await group._write_on_loop(
                 [
@@ -202,7 +215,7 @@ def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread
             second = await group._write_on_loop([(live.pk, [delta("e")]), (other.pk, bad_batch)])
             return [first, second]
         finally:
-            await group.connection.discard()
+            await group.close()
 
     first, second = asyncio.run(scenario())
     assert isinstance(first[1], AlreadyTerminal)
@@ -224,11 +237,8 @@ def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread
 
 @pytest.mark.postgres
 def test_a_loop_connection_cut_mid_write_fails_that_flush_and_the_next_connects_again() -> None:
-    import psycopg
     from django.db import OperationalError
 
-    from runs import connections
-    from runs.connections import LoopConnection
     from runs.writer import group_commit
 
     run = factories.RunFactory(status="running")
@@ -236,23 +246,22 @@ def test_a_loop_connection_cut_mid_write_fails_that_flush_and_the_next_connects_
 
     async def scenario() -> None:
         group = group_commit()
-        group.connection = LoopConnection()
+        group.write_from_loop()
+        assert group.connection is not None
         writer = JournalWriter(run.pk, window_ms=0)
         writer.on_lost = lost.append
         await writer.flush([delta("before ")])
         backend = (await group.connection.get()).info.backend_pid
-        with psycopg.connect(**connections.connection_params(), autocommit=True) as other:
-            # The run's row held: the next write waits inside its statement, then is cut there.
-            with other.transaction():
-                other.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
-                writer.add([delta("lost? ")])
-                query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
-                await until(lambda: other.execute(query, [backend]).fetchone() is not None)
-                other.execute("SELECT pg_terminate_backend(%s)", [backend])
-            await until(lambda: bool(lost))
+        with holding_the_run_row(run) as other:
+            # The next write waits inside its statement, and is cut there.
+            writer.add([delta("lost? ")])
+            query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+            await until(lambda: other.execute(query, [backend]).fetchone() is not None)
+            other.execute("SELECT pg_terminate_backend(%s)", [backend])
+        await until(lambda: bool(lost))
         # Idle since the cut: the next write opens another connection and goes through.
         await writer.flush([delta("after")])
-        await group.connection.discard()
+        await group.close()
 
     asyncio.run(scenario())
     assert len(lost) == 1 and isinstance(lost[0], OperationalError)
@@ -261,10 +270,6 @@ def test_a_loop_connection_cut_mid_write_fails_that_flush_and_the_next_connects_
 
 @pytest.mark.postgres
 def test_a_group_refused_on_a_live_loop_connection_is_written_again_one_by_one() -> None:
-    import psycopg
-
-    from runs import connections
-    from runs.connections import LoopConnection
     from runs.writer import group_commit
 
     run = factories.RunFactory(status="running")
@@ -272,31 +277,22 @@ def test_a_group_refused_on_a_live_loop_connection_is_written_again_one_by_one()
 
     async def scenario() -> None:
         group = group_commit()
-        group.connection = LoopConnection()
+        group.write_from_loop()
+        assert group.connection is not None
         loop_conn = await group.connection.get()
         await loop_conn.execute("SET lock_timeout = '50ms'")
         writer = JournalWriter(run.pk, window_ms=0)
         writer.on_lost = lost.append
-        with psycopg.connect(**connections.connection_params(), autocommit=True) as other:
-            with other.transaction():
-                # The run's row held: the group's statement gives up (lock_timeout) and rolls
-                # back on a connection that stays up; the batch's own write then waits here.
-                other.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
-                flushing = asyncio.ensure_future(writer.flush([delta("kept")]))
-                waiting = (
-                    "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid NOT IN (%s, %s)"
-                )
-                await until(
-                    lambda: (
-                        other.execute(
-                            waiting, [loop_conn.info.backend_pid, other.info.backend_pid]
-                        ).fetchone()
-                        is not None
-                    )
-                )
-            await flushing
+        with holding_the_run_row(run) as other:
+            # The group's statement gives up (lock_timeout) and rolls back on a connection that
+            # stays up; the batch's own write then waits here, on another backend.
+            flushing = asyncio.ensure_future(writer.flush([delta("kept")]))
+            waiting = "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND pid NOT IN (%s, %s)"
+            pids = [loop_conn.info.backend_pid, other.info.backend_pid]
+            await until(lambda: other.execute(waiting, pids).fetchone() is not None)
+        await flushing
         assert not loop_conn.closed
-        await group.connection.discard()
+        await group.close()
 
     asyncio.run(scenario())
     assert lost == []
