@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,12 +46,12 @@ CANCEL_GRACE_SECONDS = 10.0
 # Acknowledgements agents print for a `/steer` prompt; they belong to the steer, not the turn.
 STEER_ACKS = ("Steer queued",)
 CANCEL_TIMEOUT = "cancel not acknowledged"
-# A flush of this run's events failed mid-write (its database connection was lost): they may
-# or may not be in the journal, and writing them again could journal them twice.
+# A flush of this run's events could not be written, nor shown to have landed, before
+# HERMESWEB_JOURNAL_RETRY_SECONDS ran out (runs/writer.py, `_write`): the turn has a hole.
 JOURNAL_LOST = "journal write lost"
 JOURNAL_LOST_MESSAGE = (
-    "The database connection was lost while part of this turn was being saved, so that part "
-    "may be missing. The turn was stopped; send the message again to redo it."
+    "The database could not be reached for too long while part of this turn was being saved, "
+    "so that part may be missing. The turn was stopped; send the message again to redo it."
 )
 
 
@@ -91,6 +91,11 @@ async def aclaim_and_start(runner_id: str, conn: psycopg.AsyncConnection[Any]) -
     return Claimed(_context(claimed, previous), more)
 
 
+def unstarted_claims(runner_id: str, running: Collection[int]) -> list[Claimed]:
+    """The runs a claim took whose answer never arrived, ready to start (leases.unstarted_claims)."""
+    return [Claimed(_load_context(claimed)) for claimed in leases.unstarted_claims(runner_id, running)]
+
+
 def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:
     return NewEvent(
         EventType.RUN_STARTED,
@@ -112,7 +117,7 @@ class RunExecution:
     def __init__(self, runner: RunnerProcess, claimed: Claimed) -> None:
         self.runner = runner
         self.run_id: int = claimed.ctx["run_id"]
-        self.writer = JournalWriter(self.run_id)
+        self.writer = JournalWriter(self.run_id, last_seq=claimed.ctx["last_seq"])
         self.writer.on_lost = lambda _: self.abort(JOURNAL_LOST)
         self.translator = Translator()
         self.process: AgentProcess | None = None
@@ -675,6 +680,7 @@ def _context(claimed: leases.ClaimedRun, previous_usage_total: Any) -> dict[str,
         "mode": claimed.mode,
         "prompt_text": claimed.prompt_text,
         "source": claimed.source,
+        "last_seq": claimed.last_seq,
         "cumulative_usage": _cumulative_usage(claimed),
         "previous_usage_total": previous_usage_total,
     }

@@ -411,6 +411,21 @@ def _dump_json(value: Any) -> str:
         return json.dumps(value)
 
 
+def written_after(run_id: int, after_seq: int) -> tuple[int, list[JournalEvent]]:
+    """The run's session id and its committed rows after `after_seq`, in order.
+
+    How a writer whose write went unanswered (the connection died under it) tells whether
+    that write landed (runs.writer, "exactly once").
+    """
+    session_id = Run.objects.values_list("session_id", flat=True).get(pk=run_id)
+    return session_id, list(JournalEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq"))
+
+
+def as_written(events: Sequence[NewEvent]) -> list[tuple[str, Any]]:
+    """(type, payload) of each event as its row holds it: redacted, through JSON."""
+    return [(event.type, orjson.loads(_dump_json(redact(event.payload)))) for event in events]
+
+
 def read_after(run: Run, after_seq: int = 0, limit: int | None = None) -> list[JournalEvent]:
     """Events with seq > after_seq, oldest first; raises CursorAhead/CursorExpired."""
     check_cursor(run, after_seq)

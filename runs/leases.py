@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import lru_cache
@@ -62,6 +63,9 @@ class ClaimedRun:
     project_name: str
     cwd: str
     agent: str
+    # The run's journal as claimed: its writer tells from it whether a write whose answer
+    # was lost committed (runs.writer, "exactly once").
+    last_seq: int
 
     @classmethod
     def of(cls, run: Run) -> ClaimedRun:
@@ -78,6 +82,7 @@ class ClaimedRun:
             project.name,
             project.path,
             project.agent,
+            run.last_seq,
         )
 
 
@@ -164,11 +169,27 @@ def _claim_statement() -> str:
         "ORDER BY created_at, id LIMIT 2 FOR UPDATE SKIP LOCKED), "
         f"claimed AS (UPDATE {run} SET status = %s, lease_owner = %s, lease_expires_at = %s, "
         "started_at = %s WHERE id = (SELECT id FROM next ORDER BY created_at, id LIMIT 1) "
-        "AND status = %s RETURNING id, source, prompt_text, session_id) "
+        "AND status = %s RETURNING id, source, prompt_text, session_id, last_seq) "
         "SELECT c.id, c.source, c.prompt_text, s.id, s.agent_session_id, s.model, s.mode, "
-        "p.id, p.name, p.path, p.agent, (SELECT count(*) FROM next) "
+        "p.id, p.name, p.path, p.agent, c.last_seq, (SELECT count(*) FROM next) "
         f"FROM claimed c JOIN {session} s ON s.id = c.session_id JOIN {project} p ON p.id = s.project_id"
     )
+
+
+def unstarted_claims(runner_id: str, running: Collection[int]) -> list[ClaimedRun]:
+    """Runs this runner holds but does not execute, and of which nothing was journaled.
+
+    What a claim leaves whose statement committed while its answer was lost with the
+    connection: the run is ours, leased and executing, and no execution knows of it.
+    """
+    runs = (
+        Run.objects.executing()
+        .filter(lease_owner=runner_id, last_seq=0)
+        .exclude(pk__in=list(running))
+        .select_related("session__project")
+        .order_by("created_at", "id")
+    )
+    return [ClaimedRun.of(run) for run in runs]
 
 
 def renew_leases(runner_id: str, run_ids: list[int]) -> set[int]:

@@ -22,7 +22,6 @@ import socket
 import uuid
 from typing import Any
 
-import psycopg
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -30,7 +29,7 @@ from django.conf import settings
 from runs import connections, leases, notify
 from runs.agents import AgentPool, AgentProcess
 from runs.connections import LoopConnection, revived
-from runs.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start
+from runs.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start, unstarted_claims
 from runs.jobs import JobLoop
 from runs.models import Control, Run
 from runs.services import do_mark_interrupted
@@ -38,6 +37,36 @@ from runs.translate import Translator
 from runs.writer import group_commit
 
 log = logging.getLogger(__name__)
+
+# After a claim that failed on its connection, the next try comes this soon at the latest: a
+# claim that committed unanswered has taken a run only this runner can start (_claim).
+CLAIM_RETRY_SECONDS = 0.5
+
+
+class Failing:
+    """A loop's failures, logged once per outage (with the first traceback) and its recovery.
+
+    During a database restart every loop fails at every turn: at the poll interval that was
+    a traceback per loop five times a second, burying the one line that says what happened.
+    """
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.since: float | None = None
+
+    def failed(self) -> None:
+        """Call in the `except` block."""
+        if self.since is None:
+            self.since = asyncio.get_running_loop().time()
+            log.warning("%s failed; trying again quietly until it works", self.what, exc_info=True)
+        else:
+            log.debug("%s failed again", self.what, exc_info=True)
+
+    def worked(self) -> None:
+        if self.since is not None:
+            took = asyncio.get_running_loop().time() - self.since
+            log.warning("%s works again, after %.1f s", self.what, took)
+            self.since = None
 
 
 class RunnerProcess:
@@ -56,6 +85,10 @@ class RunnerProcess:
         self._claim_conn = LoopConnection()  # PostgreSQL: claims from this loop (leases.aclaim_postgres)
         self.poll = settings.HERMESWEB_RUNNER_POLL_SECONDS
         self.lease = settings.HERMESWEB_LEASE_SECONDS
+        self._claims = Failing("claiming")
+        self._claim_in_doubt = False  # a claim failed on its connection: it may have taken a run
+        self._leases = Failing("the lease loop")
+        self._controls = Failing("reading controls")
 
     def wake(self) -> None:
         self._wake.set()
@@ -119,25 +152,37 @@ class RunnerProcess:
                     if started is not None:
                         self._start(started)
                         claimed = started.more
+                self._claims.worked()
             except Exception:
                 # A failed claim must not end the loop: the runner would look alive and never
                 # claim again. The next poll tries again (its connection revived).
-                log.exception("claim failed")
+                self._claims.failed()
             if not claimed:
-                await self._sleep(self._wake, self.poll)
+                wait = min(self.poll, CLAIM_RETRY_SECONDS) if self._claim_in_doubt else self.poll
+                await self._sleep(self._wake, wait)
 
     async def _claim(self) -> Claimed | None:
         if not notify.runners_listen():
             return await sync_to_async(revived(claim_and_start))(self.runner_id)
         # PostgreSQL: on a connection of our own, in this loop (leases.aclaim_postgres).
         try:
-            return await aclaim_and_start(self.runner_id, await self._claim_conn.get())
-        except psycopg.OperationalError:
-            # Whether a claim committed before the connection broke is unknown: a run claimed
-            # and never started is the reaper's when its lease runs out, as after a crash.
-            log.warning("claim connection failed; connecting again at the next claim", exc_info=True)
+            conn = await self._claim_conn.get()
+            if self._claim_in_doubt:
+                await self._start_unstarted_claims()
+            return await aclaim_and_start(self.runner_id, conn)
+        except Exception:
+            # The claim may have committed with its answer lost: before claiming again, the
+            # next try starts any run it took (_start_unstarted_claims). Otherwise that run
+            # would wait, claimed and never started, for the reaper to mark it interrupted.
+            self._claim_in_doubt = True
             await self._claim_conn.discard()
-            return None
+            raise
+
+    async def _start_unstarted_claims(self) -> None:
+        for claimed in await sync_to_async(revived(unstarted_claims))(self.runner_id, list(self.executions)):
+            log.warning("run %s: taken by a claim whose answer was lost; starting it", claimed.ctx["run_id"])
+            self._start(claimed)
+        self._claim_in_doubt = False
 
     def _start(self, claimed: Claimed) -> None:
         execution = RunExecution(self, claimed)
@@ -167,8 +212,9 @@ class RunnerProcess:
                             execution.abort("lease lost")
                 await self._reap()
                 await self.pool.reap_idle(settings.HERMESWEB_AGENT_IDLE_SECONDS)
+                self._leases.worked()
             except Exception:
-                log.exception("lease loop iteration failed")
+                self._leases.failed()
             await asyncio.sleep(interval)
 
     async def _reap(self) -> None:
@@ -186,8 +232,9 @@ class RunnerProcess:
                         execution = self.executions.get(control.run_id)
                         if execution is not None and control.pk not in execution.applying:
                             execution._spawn(execution.apply_control(control))
+                self._controls.worked()
             except Exception:
-                log.exception("control loop iteration failed")
+                self._controls.failed()
             await self._sleep(self._controls_wake, self.poll)
 
     async def _doorbell_loop(self) -> None:

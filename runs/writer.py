@@ -11,6 +11,10 @@ flight, so a runner commits once per group however many runs it holds, not once 
 run per window. A flush that records a control (`also`, run updates)
 keeps a transaction of its own.
 
+A write the database did not answer (its connection lost under it, a restart) is read
+back and made again only if it did not land: exactly once (`JournalWriter._write`,
+docs/journal.md "Writes the database did not answer").
+
 The window throttles rather than delays: a delta arriving when nothing was
 written for a whole window is written at once (the first token of a turn reaches
 the browser without waiting 30 ms); deltas arriving within a window of the last
@@ -25,7 +29,7 @@ import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -47,6 +51,9 @@ MAX_COALESCED_CHARS = 8192
 # queued behind each other's (100 runs at 50 tokens/s is ~3,000 flushes/s). Each thread has
 # its own connection; one run's flushes stay in order under its writer's lock.
 DB_THREADS = 4
+# Between tries of a journal write the database did not answer: doubling up to the maximum.
+RETRY_PAUSE = 0.05
+RETRY_PAUSE_MAX = 1.0
 _db_threads = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="journal-writer")
 
 
@@ -76,8 +83,12 @@ def close_db_threads() -> None:
 
 
 class JournalWriter:
-    def __init__(self, run_id: int, window_ms: float | None = None) -> None:
+    def __init__(self, run_id: int, window_ms: float | None = None, *, last_seq: int | None = None) -> None:
         self.run_id = run_id
+        # The run's last seq this writer knows is committed: the claim's, then each write's.
+        # Known, it makes a write the database did not answer exactly once (`_write`); None
+        # (a writer not told where the run's journal stood) gives such a write up at once.
+        self.last_seq = last_seq
         self.window = (settings.HERMESWEB_COALESCE_MS if window_ms is None else window_ms) / 1000.0
         self.buffer: list[NewEvent] = []
         self.buffered_chars = 0
@@ -90,8 +101,8 @@ class JournalWriter:
         self._pieces: list[str] | None = None
         self._open_chars = 0
         self.closed = False
-        # Told when a flush nobody awaits lost its database connection mid-write: its events
-        # may be missing, so the run must not go on as if they were written (execution.py).
+        # Told when a flush nobody awaits failed on its connection for good (`_write` gave up):
+        # its events may be missing, so the run must not go on as if they were written.
         self.on_lost: Callable[[BaseException], None] | None = None
 
     def add(self, events: Sequence[NewEvent]) -> None:
@@ -152,7 +163,7 @@ class JournalWriter:
             return
         exc = task.exception()
         if isinstance(exc, (OperationalError, InterfaceError)) and self.on_lost is not None:
-            log.error("run %s: a journal write lost its connection", self.run_id, exc_info=exc)
+            log.error("run %s: a journal write failed and could not be made again", self.run_id, exc_info=exc)
             self.on_lost(exc)
 
     async def flush(
@@ -168,10 +179,16 @@ class JournalWriter:
             if not batch:
                 return []
             if also is None and not run_updates and not any(event.terminal for event in batch):
-                rows, session_id, committed = await group_commit().append(self.run_id, batch)
+
+                def write() -> Awaitable[AppendResult]:
+                    return group_commit().append(self.run_id, batch)
             else:
-                append = sync_to_async(_append, thread_sensitive=False, executor=_db_threads)
-                rows, session_id, committed = await append(self.run_id, batch, also, run_updates)
+
+                def write() -> Awaitable[AppendResult]:
+                    append = sync_to_async(_append, thread_sensitive=False, executor=_db_threads)
+                    return append(self.run_id, batch, also, run_updates)
+
+            rows, session_id, committed = await self._write(batch, write)
             if committed:
                 # Publish from this loop, still under the lock so notifications keep journal
                 # order. (Publishing on commit inside the database thread would park that thread
@@ -205,7 +222,76 @@ class JournalWriter:
         async with self._lock:
             self.closed = True
             batch = self._take() + list(final)
-            return await sync_to_async(revived(services.finish_run))(self.run_id, batch, **run_updates)
+            finish_run = sync_to_async(revived(services.finish_run))
+
+            async def write() -> AppendResult:
+                return await finish_run(self.run_id, batch, **run_updates), 0, False  # published on commit
+
+            rows, session_id, landed_unanswered = await self._write(batch, write)
+            if landed_unanswered:  # its commit's own notifications never left
+                await notify.apublish_events(session_id, self.run_id, journal.envelopes(rows, session_id))
+                await sync_to_async(notify.publish_session_changed)(session_id)
+            return rows
+
+    async def _write(
+        self, batch: list[NewEvent], write: Callable[[], Awaitable[AppendResult]]
+    ) -> AppendResult:
+        """`write()` the batch exactly once, through a lost connection or a database that is down.
+
+        A write that fails on its connection (the server restarted, failed over, or dropped
+        the connection under the statement) may have committed without the answer reaching
+        us. The run's rows after `last_seq` say which: nothing there, it did not land and is
+        written again; exactly this batch, it landed (and is for us to publish); anything
+        else, someone else wrote the run (a reaper, so the lease is gone) and the error
+        stands. Tried until HERMESWEB_JOURNAL_RETRY_SECONDS have passed, then the error
+        stands and the run fails (execution.py, JOURNAL_LOST); the agent streams on into
+        the buffer meanwhile.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + settings.HERMESWEB_JOURNAL_RETRY_SECONDS
+        pause = RETRY_PAUSE
+        while True:
+            try:
+                result = await write()
+            except (OperationalError, InterfaceError) as exc:
+                if self.last_seq is None or loop.time() >= deadline:
+                    raise
+                log.warning("run %s: a journal write went unanswered (%s); reading back", self.run_id, exc)
+                landed = await self._read_back(batch, exc, deadline)
+                if landed is None:
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, RETRY_PAUSE_MAX)
+                    continue
+                log.warning("run %s: the unanswered journal write had landed", self.run_id)
+                result = (*landed, True)
+            if self.last_seq is not None and result[0]:
+                self.last_seq = result[0][-1].seq
+            return result
+
+    async def _read_back(
+        self, batch: list[NewEvent], error: Exception, deadline: float
+    ) -> tuple[list[JournalEvent], int] | None:
+        """(rows, session id) if `batch` is what the run holds after `last_seq`; None if nothing is."""
+        assert self.last_seq is not None
+        loop = asyncio.get_running_loop()
+        read = sync_to_async(revived(journal.written_after), thread_sensitive=False, executor=_db_threads)
+        pause = RETRY_PAUSE
+        while True:
+            try:
+                session_id, rows = await read(self.run_id, self.last_seq)
+                break
+            except (OperationalError, InterfaceError):
+                if loop.time() >= deadline:
+                    raise error from None
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_PAUSE_MAX)
+        if not rows:
+            return None
+        if [(row.type, row.payload) for row in rows] == journal.as_written(batch):
+            return rows, session_id
+        if rows[-1].terminal:
+            raise journal.AlreadyTerminal(f"run {self.run_id} ended while its write went unanswered")
+        raise error
 
 
 def _append(
@@ -315,8 +401,8 @@ class GroupCommit:
             if conn is not None and conn.closed:
                 await self.connection.discard()
                 # As _append_group: the connection was lost during the statement, so whether
-                # the group committed is unknown and it is not written again; the runs'
-                # executions end them as failed (their writers' on_lost).
+                # the group committed is unknown and it is not written again here; each run's
+                # writer reads back to find out (JournalWriter._write).
                 log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
                 lost = OperationalError(str(exc))
                 lost.__cause__ = exc
@@ -364,8 +450,8 @@ def _append_group(items: list[tuple[int, list[NewEvent]]]) -> list[AppendResult 
         raw = connection.connection
         if on_postgres and (raw is None or raw.closed):
             # The connection was lost mid-statement (revive() saw it open): whether the group
-            # committed is unknown, and writing it again could journal it twice. The runs'
-            # flushes fail instead, and their executions end them as failed. (Refused on a
+            # committed is unknown, and writing it again here could journal it twice. Each
+            # run's writer reads back to find out (JournalWriter._write). (Refused on a
             # connection that stays up, the statement rolled back; SQLite's transaction surely
             # did: either is written again below.)
             log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)

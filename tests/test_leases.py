@@ -61,6 +61,7 @@ def test_a_claim_carries_what_starting_the_run_reads_of_its_session_and_project(
         project_name=project.name,
         cwd=project.path,
         agent=project.agent,
+        last_seq=0,
     )
 
 

@@ -1,0 +1,166 @@
+"""A journal write the database did not answer is written exactly once: never lost, never twice.
+
+The writer knows the run's last committed seq (the claim's, then each write's); after a
+write fails on its connection it reads the run's rows after that seq to tell whether the
+write landed, and writes it again only if it did not (runs/writer.py, `_write`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import OperationalError, connection
+
+from runs import connections, journal, services
+from runs.journal import NewEvent
+from runs.models import JournalEvent, Run, RunStatus
+from runs.writer import JournalWriter, group_commit
+from tests import factories
+from tests.support.pgproxy import PgProxy
+from tests.test_writer import delta, holding_the_run_row, rows, until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def seqs(run: Any) -> list[int]:
+    return list(JournalEvent.objects.filter(run=run).order_by("seq").values_list("seq", flat=True))
+
+
+@pytest.fixture
+def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[PgProxy]:
+    """The runner's loop connections reach the database through a proxy the test controls."""
+    conf = connection.settings_dict
+    proxy = PgProxy(conf.get("HOST") or "127.0.0.1", int(conf.get("PORT") or 5432)).start()
+    direct = connections.connection_params
+
+    def through_the_proxy() -> dict[str, Any]:
+        # Unencrypted, so the proxy can read where each answer ends.
+        unencrypted = {"sslmode": "disable", "gssencmode": "disable"}
+        return {**direct(), "host": "127.0.0.1", "port": proxy.port, **unencrypted}
+
+    monkeypatch.setattr(connections, "connection_params", through_the_proxy)
+    yield proxy
+    proxy.stop()
+
+
+@pytest.mark.postgres
+def test_a_write_whose_answer_was_lost_after_it_committed_is_not_written_again(proxy: PgProxy) -> None:
+    run = factories.RunFactory(status="running")
+    lost: list[BaseException] = []
+    written: list[list[JournalEvent]] = []
+
+    async def scenario() -> None:
+        group = group_commit()
+        group.write_from_loop()
+        writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
+        writer.on_lost = lost.append
+        await writer.flush([delta("before ")])
+        proxy.lose_next_answer()  # the server commits the next statement; its answer never arrives
+        written.append(await writer.flush([delta("once ")]))
+        await writer.flush([delta("after")])
+        await group.close()
+
+    asyncio.run(scenario())
+    assert proxy.answers_lost == 1
+    assert lost == []
+    assert [(e.seq, e.payload["delta"]) for e in written[0]] == [(2, "once ")]
+    assert [d["delta"] for _, d in rows(run)] == ["before ", "once ", "after"]
+    assert seqs(run) == [1, 2, 3]
+
+
+@pytest.mark.postgres
+def test_a_write_cut_off_before_it_committed_is_written_again_and_the_run_goes_on() -> None:
+    run = factories.RunFactory(status="running")
+    lost: list[BaseException] = []
+
+    async def scenario() -> None:
+        group = group_commit()
+        group.write_from_loop()
+        assert group.connection is not None
+        writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
+        writer.on_lost = lost.append
+        await writer.flush([delta("before ")])
+        backend = (await group.connection.get()).info.backend_pid
+        with holding_the_run_row(run) as other:
+            # The next write waits inside its statement for the row, and is cut there.
+            flushing = asyncio.ensure_future(writer.flush([delta("cut ")]))
+            query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+            await until(lambda: other.execute(query, [backend]).fetchone() is not None)
+            other.execute("SELECT pg_terminate_backend(%s)", [backend])
+        await flushing
+        await writer.flush([delta("after")])
+        await group.close()
+
+    asyncio.run(scenario())
+    assert lost == []
+    assert [d["delta"] for _, d in rows(run)] == ["before ", "cut ", "after"]
+    assert seqs(run) == [1, 2, 3]
+
+
+@pytest.mark.postgres
+def test_a_final_write_whose_answer_was_lost_ends_the_run_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = factories.RunFactory(status="running")
+    real = services.finish_run
+
+    def committed_then_unanswered(run_id: int, events: Any, **updates: Any) -> Any:
+        real(run_id, events, **updates)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    async def scenario() -> list[JournalEvent]:
+        writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
+        await writer.flush([delta("answer")])
+        monkeypatch.setattr(services, "finish_run", committed_then_unanswered)
+        return await writer.finish([journal.done_event(RunStatus.COMPLETED)])
+
+    final = asyncio.run(scenario())
+    assert [e.type for e in final] == ["done"]
+    assert [t for t, _ in rows(run)] == ["token.delta", "done"]
+    assert Run.objects.get(pk=run.pk).status == RunStatus.COMPLETED
+
+
+def test_a_write_that_lands_nowhere_until_the_deadline_fails_the_run(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    settings.HERMESWEB_JOURNAL_RETRY_SECONDS = 0.3
+    run = factories.RunFactory(status="running")
+    lost: list[BaseException] = []
+
+    async def unreachable(self: Any, run_id: int, batch: Any) -> Any:
+        raise OperationalError("connection refused")
+
+    async def scenario() -> None:
+        writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
+        writer.on_lost = lost.append
+        monkeypatch.setattr(type(group_commit()), "append", unreachable)
+        writer.add([delta("never")])
+        await until(lambda: bool(lost))
+
+    asyncio.run(scenario())
+    assert len(lost) == 1 and isinstance(lost[0], OperationalError)
+    assert rows(run) == []
+
+
+def test_a_run_another_runner_ended_while_its_write_went_unanswered_is_not_written_to(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = factories.RunFactory(status="running")
+
+    async def reaped_meanwhile(self: Any, run_id: int, batch: Any) -> Any:
+        # A reaper's terminal lands (two events, as many as our batch) while ours went unanswered.
+        def reap() -> None:
+            services.do_mark_interrupted(Run.objects.get(pk=run_id), "lease expired")
+
+        await asyncio.to_thread(reap)
+        raise OperationalError("server closed the connection unexpectedly")
+
+    async def scenario() -> None:
+        writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
+        monkeypatch.setattr(type(group_commit()), "append", reaped_meanwhile)
+        with pytest.raises(journal.AlreadyTerminal):
+            await writer.flush([delta("a"), NewEvent("progress", {"text": "b"})])
+
+    asyncio.run(scenario())
+    assert [t for t, _ in rows(run)] == ["error", "done"]
