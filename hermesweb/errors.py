@@ -20,7 +20,7 @@ from django.core.exceptions import (
     SuspiciousOperation,
 )
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import IntegrityError
+from django.db import IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Throttled, ValidationError
 
@@ -52,6 +52,16 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
     if details is not None:
         body["details"] = details
     return body
+
+
+# What a 503 for an unreachable database asks the client to wait before sending it again.
+RETRY_AFTER_SECONDS = 2
+
+
+def database_unavailable_body() -> dict[str, Any]:
+    return error_body(
+        "database_unavailable", "The database cannot be reached right now; nothing was saved. Try again."
+    )
 
 
 def not_found(what: str = "object") -> ApiError:
@@ -173,6 +183,16 @@ def install_exception_handlers(api: NinjaAPI) -> None:
         # retry, but the traceback is kept because the action should handle it.
         log.warning("integrity error on %s %s", request.method, request.path, exc_info=exc)
         return respond(request, 409, error_body("conflict", "The request conflicts with the current state."))
+
+    @api.exception_handler(OperationalError)
+    @api.exception_handler(InterfaceError)
+    def on_database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
+        # A restart, a failover, a pool that could not connect: nothing was written, and the
+        # same request (its client id, for a submit) is safe to send again.
+        log.warning("database unavailable for %s %s: %s", request.method, request.path, exc)
+        response = respond(request, 503, database_unavailable_body())
+        response["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return response
 
     @api.exception_handler(Exception)
     def on_unexpected(request: HttpRequest, exc: Exception) -> HttpResponse:

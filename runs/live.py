@@ -29,11 +29,12 @@ import pydantic
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.db import InterfaceError, OperationalError
 from django.db.models import Count, Max, Q
 
 from hermesweb.auth import socket_sign_in, socket_user_now
 from hermesweb.env import env_float
-from hermesweb.errors import validation_details
+from hermesweb.errors import database_unavailable_body, validation_details
 from intents.models import PendingIntent
 from intents.services import intent_dict
 from projects.models import Session
@@ -202,6 +203,16 @@ def answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> tup
     authentication of a new connection (bench/README.md, round six). The flag says the
     socket's sign-in is gone: the caller closes it with 4401 after sending the frame.
     """
+    try:
+        return _answer_submit(scope, session_id, submit)
+    except (OperationalError, InterfaceError) as exc:
+        # As the API's 503: nothing was written, and the client's retry is the same message.
+        log.warning("session %s: a socket submit found the database unavailable: %s", session_id, exc)
+        body = database_unavailable_body()
+        return refused_frame(submit.message.client_id, 503, **body), False
+
+
+def _answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> tuple[str, bool]:
     message = submit.message
     client_id = message.client_id
     signed_out = refused_frame(client_id, 401, "not_authenticated", "Signed out: sign in again to send.")

@@ -28,6 +28,19 @@ def pytest_configure(config: pytest.Config) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _views_imported() -> None:
+    """Import every view module before any test patches what one imports by name.
+
+    A module first imported while a test has patched, say, `runs.journal.materialize` keeps
+    the patch for good (`from runs.journal import materialize`), and every later test on that
+    worker fails with it: which test resolves the first URL depended on xdist's scheduling.
+    """
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - loading the URLconf imports the views
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     vendor = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     skip_postgres = pytest.mark.skip(reason="needs PostgreSQL: set DATABASE_URL=postgres://…")

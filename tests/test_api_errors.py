@@ -149,3 +149,21 @@ def test_validation_details_name_body_query_and_path_fields() -> None:
         ("query", "limit"),
         ("path", "id"),
     ]
+
+
+def test_a_database_that_cannot_be_reached_is_a_503_to_send_again_not_a_500(
+    api: Client, session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django.db import OperationalError
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("couldn't get a connection after 10.00 sec")
+
+    monkeypatch.setattr("runs.journal.materialize", unreachable)
+    RunFactory(session=session)
+
+    response = api.get(f"/api/sessions/{session.pk}/transcript")
+
+    assert response.status_code == 503
+    assert response["Retry-After"] == "2"
+    assert response.json()["code"] == "database_unavailable"

@@ -482,3 +482,34 @@ def test_a_snapshot_showing_a_run_ended_waits_for_its_done_still_in_flight(
 
     async_to_sync(scenario)()
     assert sub.items == [("events", run.pk, [1, 2]), ("session",)]
+
+
+@pytest.mark.django_db
+def test_a_socket_submit_that_finds_the_database_unavailable_is_refused_as_503(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.db import OperationalError
+    from django.test import Client
+
+    from runs import services
+    from runs.schemas import MessageIn
+
+    session = factories.SessionFactory()
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    user = session.project.owner
+    client = Client()
+    client.force_login(user)  # a signed-in socket's scope: its user and its session
+    scope = {"user": user, "session": SessionStore(client.session.session_key)}
+    monkeypatch.setattr(services, "do_submit_message_as", unreachable)
+    message = live.Submit(MessageIn(client_id="c-1", text="hello"))
+
+    frame, signed_out = live.answer_submit(scope, session.pk, message)
+
+    assert not signed_out
+    answer = orjson.loads(frame)
+    assert answer["client_id"] == "c-1"
+    assert answer["error"]["status"] == 503 and answer["error"]["code"] == "database_unavailable"

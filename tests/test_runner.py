@@ -339,7 +339,7 @@ def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session(
         released.append(process)
 
     runner = SimpleNamespace(pool=SimpleNamespace(release=release))
-    previous = RunExecution(runner, Claimed({"run_id": run.pk}, []))
+    previous = RunExecution(runner, Claimed({"run_id": run.pk, "last_seq": 0}, []))
     following = object()
     previous.process = SimpleNamespace(sinks={"agent-session": following})
     previous.agent_session_id = "agent-session"

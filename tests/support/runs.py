@@ -31,11 +31,11 @@ def wait_status(run: Run, *statuses: str, timeout: float = 30.0, log: Any = None
         return refreshed(run).status in statuses
 
     try:
-        wait_for(check, timeout, what=f"run {run.pk} to reach {statuses} (is {run.status})")
-    except AssertionError:
+        wait_for(check, timeout, what=f"run {run.pk} to reach {statuses}")
+    except AssertionError as exc:
         if log is not None:
             print(log())
-        raise
+        raise AssertionError(f"{exc}; it is {refreshed(run).status}") from None
     return run
 
 
