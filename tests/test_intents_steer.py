@@ -344,7 +344,7 @@ def test_a_steer_applied_after_the_agent_answered_the_turn_is_left_over_not_sent
     assert do_steer_intent(intent).status == "accepted"
     control = Control.objects.get(run=run, kind=ControlKind.STEER)
     sent: list[Any] = []
-    execution = RunExecution(SimpleNamespace(), Claimed({"run_id": run.pk}))
+    execution = RunExecution(SimpleNamespace(), Claimed({"run_id": run.pk, "last_seq": 0}))
 
     async def call(request: Any, timeout: float | None = None) -> None:
         return None
