@@ -173,3 +173,14 @@ def runners(logs: Path) -> Iterator[list[Any]]:
     for proc in procs:
         proc.signal(signal.SIGCONT)  # a paused (SIGSTOP) runner ignores SIGTERM until continued
         proc.stop()
+
+
+@pytest.fixture
+def pg_proxy() -> Iterator[Any]:
+    """A proxy in front of the test database that the test can take down (tests/support/pgproxy.py)."""
+    from tests.support.pgproxy import PgProxy
+
+    conf = connection.settings_dict
+    proxy = PgProxy(conf.get("HOST") or "127.0.0.1", int(conf.get("PORT") or 5432)).start()
+    yield proxy
+    proxy.stop()

@@ -16,7 +16,7 @@ from runs import connections
 from runs.demo_agent.scripts import SLOW_CHUNKS
 from runs.models import Run, RunStatus
 from tests import factories
-from tests.support.pgproxy import PgProxy
+from tests.support.pgproxy import UNENCRYPTED, PgProxy
 from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import (
     assert_journal_well_formed,
@@ -106,35 +106,30 @@ def test_a_write_cut_off_midway_is_written_once_and_the_turn_completes(runner: P
 
 
 def test_a_turn_streams_on_through_a_database_outage_and_loses_and_repeats_nothing(
-    runners: list[Proc], logs: Path, session: Any
+    runners: list[Proc], logs: Path, session: Any, pg_proxy: PgProxy
 ) -> None:
-    conf = connection.settings_dict
-    proxy = PgProxy(conf.get("HOST") or "127.0.0.1", int(conf.get("PORT") or 5432)).start()
-    try:
-        # Everything the runner does with the database goes through the proxy: its Django
-        # connections, its loop's, its doorbell's.
-        url = f"postgres://{conf.get('USER') or 'postgres'}@127.0.0.1:{proxy.port}/{conf['NAME']}"
-        runner = start_runner(logs, "outage", HERMESWEB_DEMO_DELAY="0.005", DATABASE_URL=url)
-        runners.append(runner)
-        run = run_of(submit(session, "slow"))
-        wait_for(lambda: "Slow chunk 3." in state(run)["text"], 30, what="the turn to stream")
+    # Everything the runner does with the database goes through the proxy: its Django
+    # connections, its loop's, its doorbell's.
+    url = pg_proxy.database_url()
+    runner = start_runner(logs, "outage", HERMESWEB_DEMO_DELAY="0.005", DATABASE_URL=url)
+    runners.append(runner)
+    run = run_of(submit(session, "slow"))
+    wait_for(lambda: "Slow chunk 3." in state(run)["text"], 30, what="the turn to stream")
 
-        with proxy.outage():
-            wait_for(lambda: "group commit of 1 runs" in runner.log(), 30, what="a journal write to fail")
-            written = len(state(run)["text"])
-            # The outage lasts (a restart, a failover) while the agent streams on.
-            time.sleep(2)
-            assert len(state(run)["text"]) == written  # nothing reached the database meanwhile
+    with pg_proxy.outage():
+        wait_for(lambda: "group commit of 1 runs" in runner.log(), 30, what="a journal write to fail")
+        written = len(state(run)["text"])
+        # The outage lasts (a restart, a failover) while the agent streams on.
+        time.sleep(2)
+        assert len(state(run)["text"]) == written  # nothing reached the database meanwhile
 
-        wait_status(run, RunStatus.COMPLETED, timeout=60, log=runner.log)
-        assert_journal_well_formed(run)
-        assert state(run)["text"] == SLOW_TEXT
-        assert runner.alive()
+    wait_status(run, RunStatus.COMPLETED, timeout=60, log=runner.log)
+    assert_journal_well_formed(run)
+    assert state(run)["text"] == SLOW_TEXT
+    assert runner.alive()
 
-        after = run_of(submit(session, "fast again"))
-        wait_status(after, RunStatus.COMPLETED, timeout=30, log=runner.log)
-    finally:
-        proxy.stop()
+    after = run_of(submit(session, "fast again"))
+    wait_status(after, RunStatus.COMPLETED, timeout=30, log=runner.log)
 
 
 def _runner_backend_waiting_on_a_lock(conn: psycopg.Connection[Any]) -> int | None:
@@ -146,24 +141,17 @@ def _runner_backend_waiting_on_a_lock(conn: psycopg.Connection[Any]) -> int | No
 
 
 def test_a_claim_whose_answer_was_lost_is_started_by_its_runner(
-    runners: list[Proc], logs: Path, session: Any
+    runners: list[Proc], logs: Path, session: Any, pg_proxy: PgProxy
 ) -> None:
-    conf = connection.settings_dict
-    proxy = PgProxy(conf.get("HOST") or "127.0.0.1", int(conf.get("PORT") or 5432)).start()
-    try:
-        # Unencrypted, so the proxy can read where each answer ends; claims only when the
-        # doorbell rings, so few go by before the one that takes the run.
-        user = conf.get("USER") or "postgres"
-        url = f"postgres://{user}@127.0.0.1:{proxy.port}/{conf['NAME']}?sslmode=disable&gssencmode=disable"
-        runner = start_runner(logs, "claim-lost", DATABASE_URL=url, HERMESWEB_RUNNER_POLL_SECONDS="30")
-        runners.append(runner)
-        # The claim that takes the run commits; its answer never reaches the runner.
-        proxy.lose_next_answer(to=b"SKIP LOCKED", with_rows=True)
-        run = run_of(submit(session, "fast hello"))
+    # Claims only when the doorbell rings, so few go by before the one that takes the run.
+    url = pg_proxy.database_url(**UNENCRYPTED)
+    runner = start_runner(logs, "claim-lost", DATABASE_URL=url, HERMESWEB_RUNNER_POLL_SECONDS="30")
+    runners.append(runner)
+    # The claim that takes the run commits; its answer never reaches the runner.
+    pg_proxy.lose_next_answer(to=b"SKIP LOCKED", with_rows=True)
+    run = run_of(submit(session, "fast hello"))
 
-        wait_status(run, RunStatus.COMPLETED, timeout=30, log=runner.log)
-        assert proxy.answers_lost == 1
-        assert "taken by a claim whose answer was lost" in runner.log()
-        assert_journal_well_formed(run)
-    finally:
-        proxy.stop()
+    wait_status(run, RunStatus.COMPLETED, timeout=30, log=runner.log)
+    assert pg_proxy.answers_lost == 1
+    assert "taken by a claim whose answer was lost" in runner.log()
+    assert_journal_well_formed(run)

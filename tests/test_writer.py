@@ -40,6 +40,21 @@ async def until(condition: Any, timeout: float = 15.0) -> None:
         await asyncio.sleep(0.01)
 
 
+def writer_on_the_loop(run: Any, lost: list[BaseException], last_seq: int | None = None) -> Any:
+    """(group, writer): a writer whose group commits go from this loop, as in a runner (PostgreSQL).
+
+    Writes it gives up on are reported to `lost`.
+    """
+    from runs.writer import group_commit
+
+    group = group_commit()
+    group.write_from_loop()
+    assert group.connection is not None
+    writer = JournalWriter(run.pk, window_ms=0, last_seq=last_seq)
+    writer.on_lost = lost.append
+    return group, writer
+
+
 def rows(run: Any) -> list[tuple[str, dict]]:
     return [(e.type, e.payload) for e in JournalEvent.objects.filter(run=run).order_by("seq")]
 
@@ -236,53 +251,15 @@ def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread
 
 
 @pytest.mark.postgres
-def test_a_loop_connection_cut_mid_write_fails_that_flush_and_the_next_connects_again() -> None:
-    from django.db import OperationalError
-
-    from runs.writer import group_commit
-
-    run = factories.RunFactory(status="running")
-    lost: list[BaseException] = []
-
-    async def scenario() -> None:
-        group = group_commit()
-        group.write_from_loop()
-        assert group.connection is not None
-        writer = JournalWriter(run.pk, window_ms=0)
-        writer.on_lost = lost.append
-        await writer.flush([delta("before ")])
-        backend = (await group.connection.get()).info.backend_pid
-        with holding_the_run_row(run) as other:
-            # The next write waits inside its statement, and is cut there.
-            writer.add([delta("lost? ")])
-            query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
-            await until(lambda: other.execute(query, [backend]).fetchone() is not None)
-            other.execute("SELECT pg_terminate_backend(%s)", [backend])
-        await until(lambda: bool(lost))
-        # Idle since the cut: the next write opens another connection and goes through.
-        await writer.flush([delta("after")])
-        await group.close()
-
-    asyncio.run(scenario())
-    assert len(lost) == 1 and isinstance(lost[0], OperationalError)
-    assert [d["delta"] for _, d in rows(run)] == ["before ", "after"]
-
-
-@pytest.mark.postgres
 def test_a_group_refused_on_a_live_loop_connection_is_written_again_one_by_one() -> None:
-    from runs.writer import group_commit
 
     run = factories.RunFactory(status="running")
     lost: list[BaseException] = []
 
     async def scenario() -> None:
-        group = group_commit()
-        group.write_from_loop()
-        assert group.connection is not None
+        group, writer = writer_on_the_loop(run, lost)
         loop_conn = await group.connection.get()
         await loop_conn.execute("SET lock_timeout = '50ms'")
-        writer = JournalWriter(run.pk, window_ms=0)
-        writer.on_lost = lost.append
         with holding_the_run_row(run) as other:
             # The group's statement gives up (lock_timeout) and rolls back on a connection that
             # stays up; the batch's own write then waits here, on another backend.

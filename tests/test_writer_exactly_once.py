@@ -8,19 +8,18 @@ write landed, and writes it again only if it did not (runs/writer.py, `_write`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from django.db import OperationalError, connection
+from django.db import OperationalError
 
 from runs import connections, journal, services
 from runs.journal import NewEvent
 from runs.models import JournalEvent, Run, RunStatus
 from runs.writer import JournalWriter, group_commit
 from tests import factories
-from tests.support.pgproxy import PgProxy
-from tests.test_writer import delta, holding_the_run_row, rows, until
+from tests.support.pgproxy import UNENCRYPTED, PgProxy
+from tests.test_writer import delta, holding_the_run_row, rows, until, writer_on_the_loop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -30,20 +29,15 @@ def seqs(run: Any) -> list[int]:
 
 
 @pytest.fixture
-def proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[PgProxy]:
+def proxy(pg_proxy: PgProxy, monkeypatch: pytest.MonkeyPatch) -> PgProxy:
     """The runner's loop connections reach the database through a proxy the test controls."""
-    conf = connection.settings_dict
-    proxy = PgProxy(conf.get("HOST") or "127.0.0.1", int(conf.get("PORT") or 5432)).start()
     direct = connections.connection_params
 
     def through_the_proxy() -> dict[str, Any]:
-        # Unencrypted, so the proxy can read where each answer ends.
-        unencrypted = {"sslmode": "disable", "gssencmode": "disable"}
-        return {**direct(), "host": "127.0.0.1", "port": proxy.port, **unencrypted}
+        return {**direct(), "host": "127.0.0.1", "port": pg_proxy.port, **UNENCRYPTED}
 
     monkeypatch.setattr(connections, "connection_params", through_the_proxy)
-    yield proxy
-    proxy.stop()
+    return pg_proxy
 
 
 @pytest.mark.postgres
@@ -53,10 +47,7 @@ def test_a_write_whose_answer_was_lost_after_it_committed_is_not_written_again(p
     written: list[list[JournalEvent]] = []
 
     async def scenario() -> None:
-        group = group_commit()
-        group.write_from_loop()
-        writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
-        writer.on_lost = lost.append
+        group, writer = writer_on_the_loop(run, lost, last_seq=0)
         await writer.flush([delta("before ")])
         proxy.lose_next_answer()  # the server commits the next statement; its answer never arrives
         written.append(await writer.flush([delta("once ")]))
@@ -72,32 +63,36 @@ def test_a_write_whose_answer_was_lost_after_it_committed_is_not_written_again(p
 
 
 @pytest.mark.postgres
-def test_a_write_cut_off_before_it_committed_is_written_again_and_the_run_goes_on() -> None:
+@pytest.mark.parametrize(
+    ("known", "written", "given_up"),
+    [(0, ["before ", "cut ", "after"], False), (None, ["before ", "after"], True)],
+    ids=["the writer knows the run's seq", "it does not"],
+)
+def test_a_write_cut_off_before_it_committed_is_written_again_by_a_writer_that_knows_the_runs_seq(
+    known: int | None, written: list[str], given_up: bool
+) -> None:
     run = factories.RunFactory(status="running")
     lost: list[BaseException] = []
 
     async def scenario() -> None:
-        group = group_commit()
-        group.write_from_loop()
-        assert group.connection is not None
-        writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
-        writer.on_lost = lost.append
+        group, writer = writer_on_the_loop(run, lost, last_seq=known)
         await writer.flush([delta("before ")])
         backend = (await group.connection.get()).info.backend_pid
         with holding_the_run_row(run) as other:
             # The next write waits inside its statement for the row, and is cut there.
-            flushing = asyncio.ensure_future(writer.flush([delta("cut ")]))
+            writer.add([delta("cut ")])
             query = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
             await until(lambda: other.execute(query, [backend]).fetchone() is not None)
             other.execute("SELECT pg_terminate_backend(%s)", [backend])
-        await flushing
+        # After the cut write is settled (the writer's lock), on another connection.
         await writer.flush([delta("after")])
         await group.close()
 
     asyncio.run(scenario())
-    assert lost == []
-    assert [d["delta"] for _, d in rows(run)] == ["before ", "cut ", "after"]
-    assert seqs(run) == [1, 2, 3]
+    assert [d["delta"] for _, d in rows(run)] == written
+    assert seqs(run) == list(range(1, len(written) + 1))
+    # Without the seq it cannot tell whether the write landed: the run is told, and fails.
+    assert [type(e) for e in lost] == ([OperationalError] if given_up else [])
 
 
 @pytest.mark.postgres

@@ -19,6 +19,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+# Connection options that keep the protocol readable, so the proxy can tell where answers end.
+UNENCRYPTED = {"sslmode": "disable", "gssencmode": "disable"}
 # The startup requests whose answer is one untyped byte ('S' or 'N').
 _SSL_REQUEST = struct.pack("!ii", 8, 80877103)
 _GSSENC_REQUEST = struct.pack("!ii", 8, 80877104)
@@ -41,6 +43,16 @@ class PgProxy:
         self._server = self._call(asyncio.start_server(self._accept, "127.0.0.1", 0))
         self.port = self._server.sockets[0].getsockname()[1]
         return self
+
+    def database_url(self, **options: str) -> str:
+        """DATABASE_URL of the test database, through this proxy."""
+        from urllib.parse import urlencode
+
+        from django.db import connection
+
+        conf = connection.settings_dict
+        query = f"?{urlencode(options)}" if options else ""
+        return f"postgres://{conf.get('USER') or 'postgres'}@127.0.0.1:{self.port}/{conf['NAME']}{query}"
 
     def stop(self) -> None:
         async def close() -> None:
