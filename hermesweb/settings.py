@@ -185,10 +185,10 @@ HERMESWEB_AGENT_IDLE_SECONDS = env_float("HERMESWEB_AGENT_IDLE_SECONDS", 600.0, 
 HERMESWEB_RUNNER_POLL_SECONDS = env_float("HERMESWEB_RUNNER_POLL_SECONDS", 0.2, minimum=0.01)
 HERMESWEB_SHUTDOWN_GRACE_SECONDS = env_float("HERMESWEB_SHUTDOWN_GRACE_SECONDS", 20.0, minimum=0.0)
 HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
-# How long a runner keeps trying a journal write the database did not answer (a restart, a
-# failover) before it fails the run; each retry is exactly once (docs/journal.md, "Writes the
-# database did not answer").
-HERMESWEB_JOURNAL_RETRY_SECONDS = env_float("HERMESWEB_JOURNAL_RETRY_SECONDS", 60.0, minimum=0.0)
+# How long a runner keeps trying database work the database did not answer (a restart, a
+# failover) before it fails the run: journal writes, exactly once (docs/journal.md, "Writes the
+# database did not answer"), and the turn's idempotent updates (runs.connections.retried).
+HERMESWEB_DB_RETRY_SECONDS = env_float("HERMESWEB_DB_RETRY_SECONDS", 60.0, minimum=0.0)
 HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, minimum=1)
 # A page costs ~6 ms of request handling whatever its size: 1,000 events a page held the polling
 # API to ~75k events/s, 5,000 (~1.2 MB of JSON) reaches ~110k (bench/README.md, replay).

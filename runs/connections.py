@@ -15,6 +15,7 @@ and it no longer answers.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import logging
@@ -22,7 +23,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from django.db import connection
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection
 
 from hermesweb.pgcheck import server_closed
 
@@ -60,6 +63,25 @@ def revived[**P, R](func: Callable[P, R]) -> Callable[P, R]:
         return func(*args, **kwargs)
 
     return call
+
+
+async def retried[**P, R](func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    """`func` in the database thread, after `revive()`; through a lost connection or an outage
+    tried again for HERMESWEB_DB_RETRY_SECONDS. Only for work that may be done twice (an
+    UPDATE to the same values): whether a failed try committed is not known.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.HERMESWEB_DB_RETRY_SECONDS
+    pause = 0.05
+    while True:
+        try:
+            return await sync_to_async(revived(func))(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            if loop.time() >= deadline:
+                raise
+            log.warning("%s failed on its connection; trying again", func.__name__, exc_info=True)
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 def _server_closed() -> bool:

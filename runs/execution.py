@@ -28,6 +28,7 @@ from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
 from runs import journal, leases, notify
 from runs.agents import AgentDied, AgentProcess
+from runs.connections import retried
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, ControlState, EventType, Run, RunStatus
 from runs.translate import Translator, as_dict, per_turn_usage
@@ -47,7 +48,7 @@ CANCEL_GRACE_SECONDS = 10.0
 STEER_ACKS = ("Steer queued",)
 CANCEL_TIMEOUT = "cancel not acknowledged"
 # A flush of this run's events could not be written, nor shown to have landed, before
-# HERMESWEB_JOURNAL_RETRY_SECONDS ran out (runs/writer.py, `_write`): the turn has a hole.
+# HERMESWEB_DB_RETRY_SECONDS ran out (runs/writer.py, `_write`): the turn has a hole.
 JOURNAL_LOST = "journal write lost"
 JOURNAL_LOST_MESSAGE = (
     "The database could not be reached for too long while part of this turn was being saved, "
@@ -216,7 +217,7 @@ class RunExecution:
             response = await process.call(process.conn.new_session(cwd=self.ctx["cwd"], mcp_servers=[]), 120)
             self.agent_session_id = response.session_id
             process.loaded.add(self.agent_session_id)
-            await sync_to_async(_store_agent_session)(self.ctx["session_id"], self.agent_session_id)
+            await retried(_store_agent_session, self.ctx["session_id"], self.agent_session_id)
         process.sinks[self.agent_session_id] = self
         if self.agent_session_id in process.commands:
             self.on_update(process.commands[self.agent_session_id])
@@ -304,7 +305,7 @@ class RunExecution:
     async def _after_finish(self) -> None:
         commands = self._new_commands()
         if self.translator.title or commands is not None:
-            await sync_to_async(_store_session_meta)(self.ctx["session_id"], self.translator.title, commands)
+            await retried(_store_session_meta, self.ctx["session_id"], self.translator.title, commands)
         self.runner.wake()
 
     def _new_commands(self) -> list[dict[str, Any]] | None:
@@ -394,7 +395,7 @@ class RunExecution:
         if data.get("sessionUpdate") == "available_commands_update":
             commands = self._new_commands()
             if commands is not None:
-                self._spawn(sync_to_async(_store_session_meta)(self.ctx["session_id"], None, commands))
+                self._spawn(retried(_store_session_meta, self.ctx["session_id"], None, commands))
 
     async def on_permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse:
         if self.cancel_requested.is_set():

@@ -243,12 +243,12 @@ class JournalWriter:
         us. The run's rows after `last_seq` say which: nothing there, it did not land and is
         written again; exactly this batch, it landed (and is for us to publish); anything
         else, someone else wrote the run (a reaper, so the lease is gone) and the error
-        stands. Tried until HERMESWEB_JOURNAL_RETRY_SECONDS have passed, then the error
+        stands. Tried until HERMESWEB_DB_RETRY_SECONDS have passed, then the error
         stands and the run fails (execution.py, JOURNAL_LOST); the agent streams on into
         the buffer meanwhile.
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.HERMESWEB_JOURNAL_RETRY_SECONDS
+        deadline = loop.time() + settings.HERMESWEB_DB_RETRY_SECONDS
         pause = RETRY_PAUSE
         while True:
             try:

@@ -4,6 +4,7 @@ chunk once, and it takes the next turns. Nobody has to restart it by hand."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -155,3 +156,26 @@ def test_a_claim_whose_answer_was_lost_is_started_by_its_runner(
     assert pg_proxy.answers_lost == 1
     assert "taken by a claim whose answer was lost" in runner.log()
     assert_journal_well_formed(run)
+
+
+def test_a_sessions_update_is_tried_again_through_an_outage_and_given_up_after_the_deadline(
+    settings: Any,
+) -> None:
+    from django.db import OperationalError
+
+    calls: list[int] = []
+
+    def store(value: int, failures: int) -> int:
+        calls.append(value)
+        if len(calls) <= failures:
+            raise OperationalError("server closed the connection unexpectedly")
+        return value
+
+    assert asyncio.run(connections.retried(store, 7, failures=2)) == 7
+    assert calls == [7, 7, 7]
+
+    calls.clear()
+    settings.HERMESWEB_DB_RETRY_SECONDS = 0.2
+    with pytest.raises(OperationalError):
+        asyncio.run(connections.retried(store, 8, failures=10**6))
+    assert len(calls) > 1

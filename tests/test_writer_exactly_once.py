@@ -119,7 +119,7 @@ def test_a_final_write_whose_answer_was_lost_ends_the_run_once(monkeypatch: pyte
 def test_a_write_that_lands_nowhere_until_the_deadline_fails_the_run(
     monkeypatch: pytest.MonkeyPatch, settings: Any
 ) -> None:
-    settings.HERMESWEB_JOURNAL_RETRY_SECONDS = 0.3
+    settings.HERMESWEB_DB_RETRY_SECONDS = 0.3
     run = factories.RunFactory(status="running")
     lost: list[BaseException] = []
 
