@@ -15,6 +15,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import acp
@@ -83,18 +84,23 @@ def claim_and_start(runner_id: str) -> Claimed | None:
     return Claimed(_load_context(claimed), more)
 
 
-async def aclaim_and_start(runner_id: str, conn: psycopg.AsyncConnection[Any]) -> Claimed | None:
+async def aclaim_and_start(
+    runner_id: str, conn: psycopg.AsyncConnection[Any], now: datetime | None = None
+) -> Claimed | None:
     """claim_and_start on PostgreSQL on the runner's own connection, without leaving its loop."""
-    claimed, more = await leases.aclaim_postgres(conn, runner_id)
+    claimed, more = await leases.aclaim_postgres(conn, runner_id, now)
     if claimed is None:
         return None
     previous = await sync_to_async(_previous_usage_total)(claimed) if _cumulative_usage(claimed) else None
     return Claimed(_context(claimed, previous), more)
 
 
-def unstarted_claims(runner_id: str, running: Collection[int]) -> list[Claimed]:
-    """The runs a claim took whose answer never arrived, ready to start (leases.unstarted_claims)."""
-    return [Claimed(_load_context(claimed)) for claimed in leases.unstarted_claims(runner_id, running)]
+def unstarted_claims(
+    runner_id: str, claimed_at: Collection[datetime], running: Collection[int]
+) -> list[Claimed]:
+    """The runs claims took whose answers never arrived, ready to start (leases.unstarted_claims)."""
+    found = leases.unstarted_claims(runner_id, claimed_at, running)
+    return [Claimed(_load_context(claimed)) for claimed in found]
 
 
 def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:

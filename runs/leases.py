@@ -13,7 +13,7 @@ import os
 import socket
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -136,7 +136,7 @@ def _claim_postgres(runner_id: str) -> tuple[ClaimedRun | None, bool]:
 
 
 async def aclaim_postgres(
-    conn: psycopg.AsyncConnection[Any], runner_id: str
+    conn: psycopg.AsyncConnection[Any], runner_id: str, now: datetime | None = None
 ) -> tuple[ClaimedRun | None, bool]:
     """_claim_postgres on the runner's own connection, in its event loop (autocommit).
 
@@ -144,13 +144,14 @@ async def aclaim_postgres(
     thread hops, ~0.6 ms of every first token here (bench/README.md, round seven).
     """
     async with conn.cursor() as cursor:
-        await cursor.execute(_claim_statement(), _claim_params(runner_id))
+        await cursor.execute(_claim_statement(), _claim_params(runner_id, now))
         return _claim_result(await cursor.fetchone())
 
 
-def _claim_params(runner_id: str) -> list[Any]:
+def _claim_params(runner_id: str, now: datetime | None = None) -> list[Any]:
+    """`now` becomes the claimed run's started_at: it names the claim (unstarted_claims)."""
     queued, running = str(RunStatus.QUEUED), str(RunStatus.RUNNING)
-    return [queued, running, runner_id, _lease_until(), timezone.now(), queued]
+    return [queued, running, runner_id, _lease_until(), now or timezone.now(), queued]
 
 
 def _claim_result(row: tuple[Any, ...] | None) -> tuple[ClaimedRun | None, bool]:
@@ -176,15 +177,18 @@ def _claim_statement() -> str:
     )
 
 
-def unstarted_claims(runner_id: str, running: Collection[int]) -> list[ClaimedRun]:
-    """Runs this runner holds but does not execute, and of which nothing was journaled.
+def unstarted_claims(
+    runner_id: str, claimed_at: Collection[datetime], running: Collection[int]
+) -> list[ClaimedRun]:
+    """Runs the claims sent at `claimed_at` took, that no execution knows of, with nothing journaled.
 
     What a claim leaves whose statement committed while its answer was lost with the
-    connection: the run is ours, leased and executing, and no execution knows of it.
+    connection: the run is ours, leased and executing, and no execution knows of it. Only
+    those claims' runs: a run whose execution ended without a word written is not started again.
     """
     runs = (
         Run.objects.executing()
-        .filter(lease_owner=runner_id, last_seq=0)
+        .filter(lease_owner=runner_id, last_seq=0, started_at__in=list(claimed_at))
         .exclude(pk__in=list(running))
         .select_related("session__project")
         .order_by("created_at", "id")

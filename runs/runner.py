@@ -20,11 +20,13 @@ import os
 import signal
 import socket
 import uuid
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
+from django.utils import timezone
 
 from runs import connections, leases, notify
 from runs.agents import AgentPool, AgentProcess
@@ -86,7 +88,8 @@ class RunnerProcess:
         self.poll = settings.HERMESWEB_RUNNER_POLL_SECONDS
         self.lease = settings.HERMESWEB_LEASE_SECONDS
         self._claims = Failing("claiming")
-        self._claim_in_doubt = False  # a claim failed on its connection: it may have taken a run
+        # When each claim that failed was sent: it may have taken a run (its started_at).
+        self._claims_in_doubt: list[datetime] = []
         self._leases = Failing("the lease loop")
         self._controls = Failing("reading controls")
 
@@ -158,31 +161,34 @@ class RunnerProcess:
                 # claim again. The next poll tries again (its connection revived).
                 self._claims.failed()
             if not claimed:
-                wait = min(self.poll, CLAIM_RETRY_SECONDS) if self._claim_in_doubt else self.poll
+                wait = min(self.poll, CLAIM_RETRY_SECONDS) if self._claims_in_doubt else self.poll
                 await self._sleep(self._wake, wait)
 
     async def _claim(self) -> Claimed | None:
         if not notify.runners_listen():
             return await sync_to_async(revived(claim_and_start))(self.runner_id)
         # PostgreSQL: on a connection of our own, in this loop (leases.aclaim_postgres).
+        now = timezone.now()
         try:
             conn = await self._claim_conn.get()
-            if self._claim_in_doubt:
+            if self._claims_in_doubt:
                 await self._start_unstarted_claims()
-            return await aclaim_and_start(self.runner_id, conn)
+            return await aclaim_and_start(self.runner_id, conn, now)
         except Exception:
             # The claim may have committed with its answer lost: before claiming again, the
             # next try starts any run it took (_start_unstarted_claims). Otherwise that run
             # would wait, claimed and never started, for the reaper to mark it interrupted.
-            self._claim_in_doubt = True
+            self._claims_in_doubt.append(now)
             await self._claim_conn.discard()
             raise
 
     async def _start_unstarted_claims(self) -> None:
-        for claimed in await sync_to_async(revived(unstarted_claims))(self.runner_id, list(self.executions)):
+        doubted = list(self._claims_in_doubt)
+        found = await sync_to_async(revived(unstarted_claims))(self.runner_id, doubted, list(self.executions))
+        for claimed in found:
             log.warning("run %s: taken by a claim whose answer was lost; starting it", claimed.ctx["run_id"])
             self._start(claimed)
-        self._claim_in_doubt = False
+        del self._claims_in_doubt[: len(doubted)]
 
     def _start(self, claimed: Claimed) -> None:
         execution = RunExecution(self, claimed)

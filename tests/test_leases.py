@@ -179,3 +179,16 @@ def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turn
     assert claimed.more
     assert claimed.ctx == _load_context(leases.ClaimedRun.of(queued))
     assert claimed.ctx["previous_usage_total"] == {"total": 150}
+
+
+def test_the_runs_a_doubted_claim_took_are_those_it_started_at_its_time_alone() -> None:
+    at = timezone.now()
+    taken = factories.RunFactory(status="running", lease_owner="r1", started_at=at, last_seq=0)
+    # An execution that ended without a word written is not started again; nor is a run
+    # already journaled, nor another runner's.
+    factories.RunFactory(status="running", lease_owner="r1", started_at=at - timedelta(seconds=5), last_seq=0)
+    factories.RunFactory(status="running", lease_owner="r1", started_at=at, last_seq=3)
+    factories.RunFactory(status="running", lease_owner="r2", started_at=at, last_seq=0)
+
+    assert [c.run_id for c in leases.unstarted_claims("r1", [at], running=[])] == [taken.pk]
+    assert leases.unstarted_claims("r1", [at], running=[taken.pk]) == []
