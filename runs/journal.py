@@ -423,7 +423,9 @@ def written_after(run_id: int, after_seq: int) -> tuple[int, list[JournalEvent]]
 
 def as_written(events: Sequence[NewEvent]) -> list[tuple[str, Any]]:
     """(type, payload) of each event as its row holds it: redacted, through JSON."""
-    return [(event.type, orjson.loads(_dump_json(redact(event.payload)))) for event in events]
+    # json, not orjson, reads it back: as the JSONField reads the row (orjson reads an integer
+    # beyond 64 bits as a float).
+    return [(event.type, json.loads(_dump_json(redact(event.payload)))) for event in events]
 
 
 def read_after(run: Run, after_seq: int = 0, limit: int | None = None) -> list[JournalEvent]:

@@ -159,3 +159,13 @@ def test_a_run_another_runner_ended_while_its_write_went_unanswered_is_not_writt
 
     asyncio.run(scenario())
     assert [t for t, _ in rows(run)] == ["error", "done"]
+
+
+def test_a_batch_as_the_writer_compares_it_is_what_its_rows_hold() -> None:
+    # The read-back compares rows with the batch: redacted, through JSON, big integers included.
+    run = factories.RunFactory(status="running")
+    payload = {"n": 2**70, "x": 1.5, "api_key": "sk-abcdef1234567890abcdef", "text": "é 😀", 3: "k"}
+    events = [NewEvent("tool.updated", payload), delta("a")]
+    journal.append_batch(run.pk, events)
+
+    assert rows(run) == journal.as_written(events)
