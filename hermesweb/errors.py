@@ -59,9 +59,7 @@ RETRY_AFTER_SECONDS = 2
 
 
 def database_unavailable_body() -> dict[str, Any]:
-    return error_body(
-        "database_unavailable", "The database cannot be reached right now; nothing was saved. Try again."
-    )
+    return error_body("database_unavailable", "The database cannot be reached right now; try again.")
 
 
 def not_found(what: str = "object") -> ApiError:
@@ -187,8 +185,8 @@ def install_exception_handlers(api: NinjaAPI) -> None:
     @api.exception_handler(OperationalError)
     @api.exception_handler(InterfaceError)
     def on_database_unavailable(request: HttpRequest, exc: Exception) -> HttpResponse:
-        # A restart, a failover, a pool that could not connect: nothing was written, and the
-        # same request (its client id, for a submit) is safe to send again.
+        # A restart, a failover, a pool that could not connect. Whether a write landed may be
+        # unknown; sending the same request again is safe (a submit's client id dedupes it).
         log.warning("database unavailable for %s %s: %s", request.method, request.path, exc)
         response = respond(request, 503, database_unavailable_body())
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)

@@ -206,7 +206,7 @@ def answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> tup
     try:
         return _answer_submit(scope, session_id, submit)
     except (OperationalError, InterfaceError) as exc:
-        # As the API's 503: nothing was written, and the client's retry is the same message.
+        # As the API's 503: the client's retry carries the same client id, so it is never a second turn.
         log.warning("session %s: a socket submit found the database unavailable: %s", session_id, exc)
         body = database_unavailable_body()
         return refused_frame(submit.message.client_id, 503, **body), False
