@@ -65,23 +65,39 @@ def revived[**P, R](func: Callable[P, R]) -> Callable[P, R]:
     return call
 
 
+class Retrying:
+    """Tries of database work through an outage: doubling pauses from 50 ms to 1 s, for
+    HERMESWEB_DB_RETRY_SECONDS from the first failure."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + settings.HERMESWEB_DB_RETRY_SECONDS
+        self._pause = 0.05
+
+    @property
+    def over(self) -> bool:
+        return self._loop.time() >= self._deadline
+
+    async def pause(self) -> None:
+        await asyncio.sleep(self._pause)
+        self._pause = min(self._pause * 2, 1.0)
+
+
 async def retried[**P, R](func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
     """`func` in the database thread, after `revive()`; through a lost connection or an outage
-    tried again for HERMESWEB_DB_RETRY_SECONDS. Only for work that may be done twice (an
-    UPDATE to the same values): whether a failed try committed is not known.
+    tried again (`Retrying`). Only for work that may be done twice (an UPDATE to the same
+    values): whether a failed try committed is not known.
     """
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + settings.HERMESWEB_DB_RETRY_SECONDS
-    pause = 0.05
+    retrying: Retrying | None = None
     while True:
         try:
             return await sync_to_async(revived(func))(*args, **kwargs)
         except (OperationalError, InterfaceError):
-            if loop.time() >= deadline:
+            retrying = retrying or Retrying()
+            if retrying.over:
                 raise
             log.warning("%s failed on its connection; trying again", func.__name__, exc_info=True)
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, 1.0)
+        await retrying.pause()
 
 
 def _server_closed() -> bool:

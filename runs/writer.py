@@ -38,7 +38,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 
 from runs import journal, notify, services
-from runs.connections import LoopConnection, revive, revived
+from runs.connections import LoopConnection, Retrying, revive, revived
 from runs.journal import NewEvent
 from runs.models import EventType, JournalEvent
 
@@ -51,9 +51,6 @@ MAX_COALESCED_CHARS = 8192
 # queued behind each other's (100 runs at 50 tokens/s is ~3,000 flushes/s). Each thread has
 # its own connection; one run's flushes stay in order under its writer's lock.
 DB_THREADS = 4
-# Between tries of a journal write the database did not answer: doubling up to the maximum.
-RETRY_PAUSE = 0.05
-RETRY_PAUSE_MAX = 1.0
 _db_threads = ThreadPoolExecutor(max_workers=DB_THREADS, thread_name_prefix="journal-writer")
 
 
@@ -247,20 +244,18 @@ class JournalWriter:
         stands and the run fails (execution.py, JOURNAL_LOST); the agent streams on into
         the buffer meanwhile.
         """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + settings.HERMESWEB_DB_RETRY_SECONDS
-        pause = RETRY_PAUSE
+        retrying: Retrying | None = None  # made at the first failure: nothing on the common path
         while True:
             try:
                 result = await write()
             except (OperationalError, InterfaceError) as exc:
-                if self.last_seq is None or loop.time() >= deadline:
+                retrying = retrying or Retrying()
+                if self.last_seq is None or retrying.over:
                     raise
                 log.warning("run %s: a journal write went unanswered (%s); reading back", self.run_id, exc)
-                landed = await self._read_back(batch, exc, deadline)
+                landed = await self._read_back(batch, exc, retrying)
                 if landed is None:
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, RETRY_PAUSE_MAX)
+                    await retrying.pause()
                     continue
                 log.warning("run %s: the unanswered journal write had landed", self.run_id)
                 result = (*landed, True)
@@ -269,22 +264,19 @@ class JournalWriter:
             return result
 
     async def _read_back(
-        self, batch: list[NewEvent], error: Exception, deadline: float
+        self, batch: list[NewEvent], error: Exception, retrying: Retrying
     ) -> tuple[list[JournalEvent], int] | None:
         """(rows, session id) if `batch` is what the run holds after `last_seq`; None if nothing is."""
         assert self.last_seq is not None
-        loop = asyncio.get_running_loop()
         read = sync_to_async(revived(journal.written_after), thread_sensitive=False, executor=_db_threads)
-        pause = RETRY_PAUSE
         while True:
             try:
                 session_id, rows = await read(self.run_id, self.last_seq)
                 break
             except (OperationalError, InterfaceError):
-                if loop.time() >= deadline:
+                if retrying.over:
                     raise error from None
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, RETRY_PAUSE_MAX)
+                await retrying.pause()
         if not rows:
             return None
         if [(row.type, row.payload) for row in rows] == journal.as_written(batch):
