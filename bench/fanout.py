@@ -61,7 +61,7 @@ async def _emit(args: argparse.Namespace) -> dict[str, Any]:
 
     from runs import journal
     from runs.journal import NewEvent
-    from runs.writer import JournalWriter
+    from runs.runner.writer import JournalWriter
 
     naive_send: Callable[[list[dict[str, Any]]], None] | None = None
     if args.mode == "naive":

@@ -1,6 +1,6 @@
 """A turn's first-token append on PostgreSQL, from the runner's loop against a database thread.
 
-The journal writer's group commit (runs/writer.py) is on every first token's path: the
+The journal writer's group commit (runs/runner/writer.py) is on every first token's path: the
 token is committed before it is published. In a runner on PostgreSQL the group statement
 goes from the runner's event loop on a connection of its own (`LoopConnection`); the
 baseline is how it went before, and still goes elsewhere: through one of the writer's
@@ -44,9 +44,9 @@ async def measure(samples: int, pause: float) -> dict[str, list[float]]:
     from asgiref.sync import sync_to_async
 
     from bench.ingest import fresh_run
-    from runs.connections import LoopConnection
     from runs.journal import NewEvent
-    from runs.writer import JournalWriter, group_commit
+    from runs.runner.connections import LoopConnection
+    from runs.runner.writer import JournalWriter, group_commit
 
     run_id = await sync_to_async(fresh_run)()
     writer = JournalWriter(run_id, window_ms=0)

@@ -1,7 +1,7 @@
 """Journal ingest: events/s one writer sustains into PostgreSQL and SQLite.
 
 Measured, each on a fresh run, in one process per database:
-- writer, token deltas: runs.writer.JournalWriter fed 4-character token deltas as
+- writer, token deltas: runs.runner.writer.JournalWriter fed 4-character token deltas as
   fast as an agent's reader can hand them over (the coalescing window merges them).
 - writer, mixed: the same with a tool.updated after every 9 deltas, which cannot be
   merged and forces a flush, so rows are written at the rate they arrive.
@@ -110,7 +110,7 @@ def batch_append(n: int, batch: int = 100) -> int:
     """Batches as the runner writes them: JournalWriter.flush(extra) — append_batch in asgiref's
     database thread, then the publish from the event loop."""
     from runs.journal import NewEvent
-    from runs.writer import JournalWriter
+    from runs.runner.writer import JournalWriter
 
     run_id = fresh_run()
 
@@ -154,7 +154,7 @@ def writer_feed(n: int, tool_every: int = 0) -> tuple[int, int]:
     """Feed a JournalWriter n events as a fast agent's reader would; returns (events, rows)."""
     from runs.journal import NewEvent
     from runs.models import JournalEvent
-    from runs.writer import JournalWriter, group_commit
+    from runs.runner.writer import JournalWriter, group_commit
 
     run_id = fresh_run()
 

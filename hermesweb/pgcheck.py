@@ -4,7 +4,7 @@ Design note: docs/runner.md ("Losing the database"). A PostgreSQL restart, a fai
 proxy's idle timeout closes every connection a process holds; the server says so on the
 socket (a terminated backend's error, then the end of the stream), and libpq can read that
 without blocking. The runner checks its long-lived connections so before each unit of work
-(runs/connections.py); the web's pool checks each connection so before handing it out
+(runs/runner/connections.py); the web's pool checks each connection so before handing it out
 (settings: `OPTIONS["pool"]["check"]`), where a dead one meant one failed request for
 every connection the pool held.
 

@@ -187,7 +187,7 @@ HERMESWEB_SHUTDOWN_GRACE_SECONDS = env_float("HERMESWEB_SHUTDOWN_GRACE_SECONDS",
 HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
 # How long a runner keeps trying database work the database did not answer (a restart, a
 # failover) before it fails the run: journal writes, exactly once (docs/journal.md, "Writes the
-# database did not answer"), and the turn's idempotent updates (runs.connections.retried).
+# database did not answer"), and the turn's idempotent updates (runs.runner.connections.retried).
 HERMESWEB_DB_RETRY_SECONDS = env_float("HERMESWEB_DB_RETRY_SECONDS", 60.0, minimum=0.0)
 HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, minimum=1)
 # A page costs ~6 ms of request handling whatever its size: 1,000 events a page held the polling

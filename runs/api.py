@@ -19,7 +19,7 @@ from hermesweb.auth import get_visible
 from hermesweb.errors import MAX_ID, ApiError, not_found
 from intents.models import PendingIntent
 from projects.models import Project, Session
-from runs import controls, jobs, journal
+from runs import controls, discovery, journal
 from runs import services as run_services
 from runs.export import session_json, session_markdown
 from runs.models import AgentJob, AgentJobKind, AgentJobState, JournalEvent, Run
@@ -296,7 +296,7 @@ def discover_sessions(request: HttpRequest, id: int) -> Status[JobOut]:
     session says which hermesweb session already holds it (`session_id`).
     """
     project = get_visible(Project.objects, request.auth, id, "project")
-    return Status(202, job_out(jobs.request_discovery(project, request.auth)))
+    return Status(202, job_out(discovery.request_discovery(project, request.auth)))
 
 
 @router.post("/projects/{id}/import", response={202: JobOut}, tags=["discovery"])
@@ -307,7 +307,7 @@ def import_session(request: HttpRequest, id: int, payload: ImportIn) -> Status[J
     done job with the same `session_id`; a pending request for it is reused.
     """
     project = get_visible(Project.objects, request.auth, id, "project")
-    return Status(202, job_out(jobs.request_import(project, payload.agent_session_id, request.auth)))
+    return Status(202, job_out(discovery.request_import(project, payload.agent_session_id, request.auth)))
 
 
 @router.get("/jobs/{id}", response=JobOut, tags=["discovery"])

@@ -89,7 +89,7 @@ def append_unpublished(
 ) -> tuple[list[JournalEvent], int]:
     """append_batch without the publish: returns (rows, session id); call inside atomic().
 
-    For a caller on an event loop (runs.writer) that publishes itself once its
+    For a caller on an event loop (runs.runner.writer) that publishes itself once its
     transaction has committed, instead of having the database thread hop back to
     the loop and wait there for every commit's notification.
     """
@@ -415,7 +415,7 @@ def written_after(run_id: int, after_seq: int) -> tuple[int, list[JournalEvent]]
     """The run's session id and its committed rows after `after_seq`, in order.
 
     How a writer whose write went unanswered (the connection died under it) tells whether
-    that write landed (runs.writer, "exactly once").
+    that write landed (runs.runner.writer, "exactly once").
     """
     session_id = Run.objects.values_list("session_id", flat=True).get(pk=run_id)
     return session_id, list(JournalEvent.objects.filter(run_id=run_id, seq__gt=after_seq).order_by("seq"))

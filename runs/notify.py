@@ -25,7 +25,7 @@ from django.db import connection, transaction
 log = logging.getLogger(__name__)
 
 RUNNERS_GROUP = "runners"
-# PostgreSQL: the channel runners LISTEN on (runs.runner); payload "reason[:run id]".
+# PostgreSQL: the channel runners LISTEN on (runs.runner.process); payload "reason[:run id]".
 RUNNERS_CHANNEL = "hermesweb_runners"
 # Runners' journal notifications for every session (apublish_many); web processes listen once.
 JOURNAL_GROUP = "journal"

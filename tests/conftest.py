@@ -76,7 +76,7 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
     the drop failed ("being accessed by other users") and test databases piled up.
     """
     yield
-    from runs.writer import close_db_threads
+    from runs.runner.writer import close_db_threads
 
     with django_db_blocker.unblock():
         close_db_threads()

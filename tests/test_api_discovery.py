@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from runs.jobs import split_history, write_import
+from runs.discovery import ImportedHistory, write_import
 from runs.models import AgentJob, AgentJobKind, AgentJobState
 from tests import factories
 
@@ -47,7 +47,7 @@ def test_a_second_import_request_for_the_same_agent_session_reuses_the_open_job(
 def test_importing_an_already_imported_session_answers_the_same_session_without_a_runner(
     api: Client, project: Any
 ) -> None:
-    session, created = write_import(project.pk, "sess-9", split_history([]), "demo")
+    session, created = write_import(project.pk, "sess-9", ImportedHistory(turns=[]), "demo")
     assert created
     body = post_import(api, project, "sess-9").json()
     assert body["state"] == "done"
@@ -73,7 +73,7 @@ def test_a_failed_job_reports_its_error_in_the_api_error_shape(api: Client, proj
 
 
 def test_a_listing_says_which_sessions_this_project_already_holds(api: Client, project: Any) -> None:
-    session, _ = write_import(project.pk, "known", split_history([]), "demo")
+    session, _ = write_import(project.pk, "known", ImportedHistory(turns=[]), "demo")
     job = AgentJob.objects.create(
         project=project,
         kind=AgentJobKind.LIST_SESSIONS,

@@ -26,9 +26,9 @@ from intents.services import (
 )
 from projects.models import Session
 from runs.controls import do_cancel
-from runs.execution import Claimed, RunExecution, _steer_failed
 from runs.journal import done_event
 from runs.models import Control, ControlKind, Run, RunSource, RunStatus
+from runs.runner.execution import Claimed, RunExecution, _steer_failed
 from runs.services import do_submit_message, finish_run
 from tests import factories
 from tests.support.intents import (

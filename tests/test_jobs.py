@@ -1,4 +1,4 @@
-"""runs/jobs.py without an agent: splitting a replayed history, writing it once, claiming and reaping jobs."""
+"""Session import without an agent: splitting a replayed history, writing it once, claiming jobs."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ from django.db import connections
 from django.utils import timezone
 
 from projects.models import Session
-from runs.agents import AgentProcess
-from runs.jobs import JobLoop, claim_job, reap_orphaned_jobs, split_history, turn_events, write_import
+from runs.discovery import claim_job, imported_turn_events, reap_orphaned_jobs, write_import
 from runs.journal import materialize
 from runs.models import AgentJob, AgentJobKind, AgentJobState, Run, RunSource
+from runs.runner.agents import AgentProcess
+from runs.runner.jobs import JobLoop, imported_history, split_history
 from tests import factories
 from tests.support.runs import assert_journal_well_formed
 
@@ -84,8 +85,8 @@ def test_agent_output_before_any_user_message_is_kept_as_a_turn_without_prompt()
 
 
 def test_an_imported_turn_merges_deltas_and_ends_completed() -> None:
-    turn = split_history(HISTORY).turns[0]
-    events = turn_events(turn, {"source": "import"})
+    turn = imported_history(split_history(HISTORY)).turns[0]
+    events = imported_turn_events(turn, {"source": "import"})
     assert [e.type for e in events] == [
         "run.started",
         "reasoning.delta",
@@ -99,8 +100,10 @@ def test_an_imported_turn_merges_deltas_and_ends_completed() -> None:
 
 @pytest.mark.django_db
 def test_write_import_creates_completed_turns_once(project: Any) -> None:
-    session, created = write_import(project.pk, "agent-s1", split_history(HISTORY), "demo")
-    again, created_again = write_import(project.pk, "agent-s1", split_history(HISTORY), "demo")
+    session, created = write_import(project.pk, "agent-s1", imported_history(split_history(HISTORY)), "demo")
+    again, created_again = write_import(
+        project.pk, "agent-s1", imported_history(split_history(HISTORY)), "demo"
+    )
     assert (created, created_again) == (True, False) and again.pk == session.pk
     assert session.title == "Parser work" and session.agent_session_id == "agent-s1"
     runs = list(Run.objects.filter(session=session).order_by("created_at", "id"))

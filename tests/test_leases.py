@@ -12,8 +12,8 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from runs import connections, leases
 from runs.models import JournalEvent, Run, RunStatus
+from runs.runner import connections, leases
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -159,7 +159,7 @@ def test_a_claim_in_flight_hides_its_run_and_the_next_from_other_runners_on_post
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turns_usage() -> None:
-    from runs.execution import _load_context, aclaim_and_start
+    from runs.runner.execution import _load_context, aclaim_and_start
 
     session = factories.SessionFactory(project__agent="hermes")  # reports session totals
     usage = {"session_total": {"total": 150}}

@@ -80,7 +80,7 @@ def test_a_runners_group_commit_reaches_every_session_it_names(live: LiveStack) 
     # of, only that message can bring these events to the two sockets.
     import asyncio
 
-    from runs.writer import JournalWriter
+    from runs.runner.writer import JournalWriter
 
     live.start_daphne(HERMESWEB_LIVE_SAFETY_POLL_SECONDS="3600")
     watched = [watch(live) for _ in range(2)]

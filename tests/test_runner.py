@@ -330,7 +330,7 @@ def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session(
     import asyncio
     from types import SimpleNamespace
 
-    from runs.execution import Claimed, RunExecution
+    from runs.runner.execution import Claimed, RunExecution
 
     run = factories.RunFactory(status=RunStatus.COMPLETED)
     released: list[Any] = []

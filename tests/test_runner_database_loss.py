@@ -13,9 +13,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runs import connections
 from runs.demo_agent.scripts import SLOW_CHUNKS
 from runs.models import Run, RunStatus
+from runs.runner import connections
 from tests import factories
 from tests.support.pgproxy import UNENCRYPTED, PgProxy
 from tests.support.procs import Proc, start_runner, wait_for

@@ -14,9 +14,10 @@ import psycopg
 import pytest
 from django.db import transaction
 
-from runs import connections, notify
+from runs import notify
 from runs.controls import do_cancel, do_respond_approval
 from runs.models import Run, RunStatus
+from runs.runner import connections
 from tests import factories
 from tests.support.procs import Proc, start_runner
 from tests.support.runs import run_of, submit, wait_event, wait_status

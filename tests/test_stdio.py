@@ -1,4 +1,4 @@
-"""runs.stdio: ACP's newline-delimited JSON over an agent's pipes."""
+"""runs.runner.stdio: ACP's newline-delimited JSON over an agent's pipes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import orjson
 import pytest
 
-from runs.stdio import StdioTransport
+from runs.runner.stdio import StdioTransport
 
 
 class Pipe:

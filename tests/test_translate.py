@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from acp import helpers, schema
 
-from runs.translate import Translator, as_dict, per_turn_usage
+from runs.runner.translate import Translator, as_dict, per_turn_usage
 
 
 def chunk(kind: str, text: str, message_id: str | None = None) -> dict:

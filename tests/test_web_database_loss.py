@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runs import connections
+from runs.runner import connections
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 

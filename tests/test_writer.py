@@ -11,7 +11,7 @@ import pytest
 
 from runs.journal import NewEvent
 from runs.models import JournalEvent
-from runs.writer import JournalWriter
+from runs.runner.writer import JournalWriter
 from tests import factories
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,7 +26,7 @@ def holding_the_run_row(run: Any) -> Iterator[Any]:
     """Another connection holds the run's row (FOR UPDATE) until the block ends: writes wait."""
     import psycopg
 
-    from runs import connections
+    from runs.runner import connections
 
     with psycopg.connect(**connections.connection_params(), autocommit=True) as other, other.transaction():
         other.execute("SELECT 1 FROM runs_run WHERE id = %s FOR UPDATE", [run.pk])
@@ -45,7 +45,7 @@ def writer_on_the_loop(run: Any, lost: list[BaseException], last_seq: int | None
 
     Writes it gives up on are reported to `lost`.
     """
-    from runs.writer import group_commit
+    from runs.runner.writer import group_commit
 
     group = group_commit()
     group.write_from_loop()
@@ -151,7 +151,7 @@ def test_finish_writes_the_terminal_event_last() -> None:
 def test_runs_flushing_together_share_a_transaction_and_keep_their_own_seqs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from runs import writer as writer_module
+    from runs.runner import writer as writer_module
 
     runs = [factories.RunFactory(status="running") for _ in range(5)]
     groups: list[int] = []
@@ -183,7 +183,7 @@ def test_runs_flushing_together_share_a_transaction_and_keep_their_own_seqs(
 
 def test_a_run_that_ended_refuses_its_batch_alone_in_a_group() -> None:
     from runs.journal import AlreadyTerminal
-    from runs.writer import _append_group
+    from runs.runner.writer import _append_group
 
     live, ended, other = (factories.RunFactory(status=s) for s in ("running", "completed", "running"))
     bad_batch = [NewEvent("done", {"state": "completed"}), delta("after the end")]  # done not last
@@ -211,7 +211,7 @@ def test_a_run_that_ended_refuses_its_batch_alone_in_a_group() -> None:
 @pytest.mark.postgres
 def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread_gives() -> None:
     from runs.journal import AlreadyTerminal
-    from runs.writer import GroupCommit
+    from runs.runner.writer import GroupCommit
 
     live, ended, other = (factories.RunFactory(status=s) for s in ("running", "completed", "running"))
     bad_batch = [NewEvent("done", {"state": "completed"}), delta("after the end")]  # done not last
@@ -283,7 +283,7 @@ def test_a_group_refused_on_a_live_thread_connection_is_written_again_one_by_one
     from django.db import OperationalError
 
     from runs import journal
-    from runs.writer import _append_group
+    from runs.runner.writer import _append_group
 
     first, second = factories.RunFactory(status="running"), factories.RunFactory(status="running")
 

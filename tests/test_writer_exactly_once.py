@@ -2,7 +2,7 @@
 
 The writer knows the run's last committed seq (the claim's, then each write's); after a
 write fails on its connection it reads the run's rows after that seq to tell whether the
-write landed, and writes it again only if it did not (runs/writer.py, `_write`).
+write landed, and writes it again only if it did not (runs/runner/writer.py, `_write`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from django.db import OperationalError
 
-from runs import connections, journal, services
+from runs import journal, services
 from runs.journal import NewEvent
 from runs.models import JournalEvent, Run, RunStatus
-from runs.writer import JournalWriter, group_commit
+from runs.runner import connections
+from runs.runner.writer import JournalWriter, group_commit
 from tests import factories
 from tests.support.pgproxy import UNENCRYPTED, PgProxy
 from tests.test_writer import delta, holding_the_run_row, rows, until, writer_on_the_loop

@@ -123,7 +123,7 @@ class Command(BaseCommand):
 
 
 async def _initialize(spec: AgentSpec) -> dict[str, Any]:
-    from runs.agents import AgentProcess
+    from runs.runner.agents import AgentProcess
 
     with tempfile.TemporaryDirectory() as cwd:
         process = AgentProcess(spec, 0, cwd)

@@ -7,8 +7,8 @@ from typing import Any
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
-from runs import leases
 from runs.models import Run
+from runs.runner import leases
 
 
 class Command(BaseCommand):

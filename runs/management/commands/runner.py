@@ -7,7 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand
 
-from runs.runner import RunnerProcess
+from runs.runner.process import RunnerProcess
 
 
 class Command(BaseCommand):

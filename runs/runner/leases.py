@@ -64,7 +64,7 @@ class ClaimedRun:
     cwd: str
     agent: str
     # The run's journal as claimed: its writer tells from it whether a write whose answer
-    # was lost committed (runs.writer, "exactly once").
+    # was lost committed (runs.runner.writer, "exactly once").
     last_seq: int
 
     @classmethod

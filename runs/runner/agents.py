@@ -22,7 +22,7 @@ from acp import schema
 from django.conf import settings
 
 from hermesweb.agents import AgentSpec
-from runs.stdio import spawn_agent
+from runs.runner.stdio import spawn_agent
 
 log = logging.getLogger(__name__)
 

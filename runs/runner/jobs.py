@@ -1,11 +1,8 @@
-"""Agent jobs: session discovery and import, executed by a runner.
+"""Agent jobs executed by a runner: session discovery and import over ACP.
 
-Design note: docs/operations.md ("Session discovery"). The web process owns no
-agent, so it writes an `AgentJob` row and rings the doorbell; a runner claims
-the job (a conditional UPDATE, SKIP LOCKED on PostgreSQL), talks ACP through
-its AgentPool — the same process the project's turns use — and records the
-result. A job whose runner vanished is failed by any other runner; asking
-again is safe because an import is idempotent by (project, agent session id).
+Design note: docs/operations.md ("Session discovery"). The rows (request, claim,
+finish, the imported session) are runs/discovery.py's; this module talks ACP
+through the runner's AgentPool — the same process the project's turns use.
 
 - `list_sessions`: `session/list` filtered by the project's cwd, every page.
 - `import_session`: `session/load` with a sink that keeps the replayed history
@@ -27,19 +24,27 @@ import acp
 from acp import schema
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import connection, transaction
-from django.utils import timezone
 
-from projects.models import Project, Session
-from runs import journal, notify
-from runs.agents import AgentDied, AgentProcess
-from runs.connections import revived
-from runs.journal import NewEvent, done_event
-from runs.models import AgentJob, AgentJobKind, AgentJobState, EventType, Run, Runner, RunSource, RunStatus
-from runs.translate import Translator, _text_of, as_dict
+from runs.discovery import (
+    ImportedHistory,
+    ImportedTurn,
+    JobContext,
+    claim_job,
+    finish_job,
+    import_result,
+    imported_session,
+    job_context,
+    reap_orphaned_jobs,
+    write_import,
+)
+from runs.journal import NewEvent
+from runs.models import AgentJobKind, EventType
+from runs.runner.agents import AgentDied, AgentProcess
+from runs.runner.connections import revived
+from runs.runner.translate import Translator, _text_of, as_dict
 
 if TYPE_CHECKING:
-    from runs.runner import RunnerProcess
+    from runs.runner.process import RunnerProcess
 
 log = logging.getLogger(__name__)
 
@@ -61,139 +66,11 @@ class JobFailed(Exception):
         self.message = message
 
 
-# ---------------------------------------------------------------- web side
-
-
-def request_discovery(project: Project, user: Any = None) -> AgentJob:
-    job = AgentJob.objects.create(project=project, kind=AgentJobKind.LIST_SESSIONS, requested_by=_user(user))
-    notify.wake_runners("job.queued")
-    return job
-
-
-def request_import(project: Project, agent_session_id: str, user: Any = None) -> AgentJob:
-    """Ask for an import; an already imported session answers at once, an open request is reused."""
-    with transaction.atomic():
-        # Serialise import requests of one project so two clicks make one job.
-        project = Project.objects.select_for_update().get(pk=project.pk)
-        existing = imported_session(project.pk, agent_session_id)
-        if existing is not None:
-            now = timezone.now()
-            return AgentJob.objects.create(
-                project=project,
-                kind=AgentJobKind.IMPORT_SESSION,
-                payload={"agent_session_id": agent_session_id},
-                state=AgentJobState.DONE,
-                result=_import_result(existing, created=False),
-                requested_by=_user(user),
-                started_at=now,
-                finished_at=now,
-            )
-        open_job = AgentJob.objects.filter(
-            project=project,
-            kind=AgentJobKind.IMPORT_SESSION,
-            state__in=(AgentJobState.PENDING, AgentJobState.RUNNING),
-            payload__agent_session_id=agent_session_id,
-        ).first()
-        if open_job is not None:
-            return open_job
-        job = AgentJob.objects.create(
-            project=project,
-            kind=AgentJobKind.IMPORT_SESSION,
-            payload={"agent_session_id": agent_session_id},
-            requested_by=_user(user),
-        )
-        notify.wake_runners("job.queued")
-    return job
-
-
-def _user(user: Any) -> Any:
-    return user if user is not None and getattr(user, "pk", None) else None
-
-
-def imported_session(project_id: int, agent_session_id: str) -> Session | None:
-    sessions = Session.objects.filter(project_id=project_id, agent_session_id=agent_session_id)
-    return sessions.order_by("pk").first()
-
-
-def _import_result(session: Session, *, created: bool) -> dict[str, Any]:
-    return {
-        "session_id": session.pk,
-        "agent_session_id": session.agent_session_id,
-        "created": created,
-        "turns": Run.objects.filter(session=session, source=RunSource.IMPORT).count(),
-    }
-
-
-# ---------------------------------------------------------------- runner side: rows
-
-
-def claim_job(runner_id: str) -> int | None:
-    """Take the oldest pending job, or None; safe with any number of runners."""
-    if not AgentJob.objects.filter(state=AgentJobState.PENDING).exists():
-        # Jobs are rare: a plain read first, so polling takes no write lock (SQLite's IMMEDIATE).
-        return None
-    with transaction.atomic():
-        candidates = AgentJob.objects.filter(state=AgentJobState.PENDING).order_by("created_at", "id")
-        if connection.vendor == "postgresql":
-            candidates = candidates.select_for_update(skip_locked=True)
-        job_id = candidates.values_list("pk", flat=True).first()
-        if job_id is None:
-            return None
-        claimed = AgentJob.objects.filter(pk=job_id, state=AgentJobState.PENDING).update(
-            state=AgentJobState.RUNNING, runner_id=runner_id, started_at=timezone.now()
-        )
-        return job_id if claimed else None
-
-
-def finish_job(
-    job_id: int, *, result: dict[str, Any] | None = None, error_code: str = "", error: str = ""
-) -> None:
-    state = AgentJobState.FAILED if error_code else AgentJobState.DONE
-    AgentJob.objects.filter(pk=job_id, state=AgentJobState.RUNNING).update(
-        state=state, result=result or {}, error_code=error_code, error=error, finished_at=timezone.now()
-    )
-
-
-def reap_orphaned_jobs(reaper_id: str) -> list[int]:
-    """Fail running jobs whose runner stopped heartbeating; asking again is safe."""
-    alive = set(Runner.objects.alive().values_list("pk", flat=True)) | {reaper_id}
-    orphaned = list(
-        AgentJob.objects.filter(state=AgentJobState.RUNNING)
-        .exclude(runner_id__in=alive)
-        .values_list("pk", "runner_id")
-    )
-    reaped = []
-    for job_id, runner_id in orphaned:
-        updated = AgentJob.objects.filter(pk=job_id, state=AgentJobState.RUNNING, runner_id=runner_id).update(
-            state=AgentJobState.FAILED,
-            error_code="runner_lost",
-            error=f"runner {runner_id or '?'} stopped before the job finished; ask again",
-            finished_at=timezone.now(),
-        )
-        if updated:
-            reaped.append(job_id)
-    return reaped
-
-
-def _job_context(job_id: int) -> dict[str, Any]:
-    job = AgentJob.objects.select_related("project").get(pk=job_id)
-    project = job.project
-    return {
-        "job_id": job.pk,
-        "kind": job.kind,
-        "payload": job.payload,
-        "project_id": project.pk,
-        "project_name": project.name,
-        "cwd": project.path,
-        "agent": project.agent,
-    }
-
-
 # ---------------------------------------------------------------- history → turns
 
 
 @dataclass
-class ImportedTurn:
+class ReplayedTurn:
     prompt: str
     message_id: str | None = None
     updates: list[dict[str, Any]] = field(default_factory=list)
@@ -201,7 +78,7 @@ class ImportedTurn:
 
 @dataclass
 class SplitHistory:
-    turns: list[ImportedTurn]
+    turns: list[ReplayedTurn]
     title: str | None
     commands: list[dict[str, Any]] | None
 
@@ -215,8 +92,8 @@ def split_history(updates: list[Any]) -> SplitHistory:
     message becomes a turn with an empty prompt.
     """
     meta = Translator()
-    turns: list[ImportedTurn] = []
-    current: ImportedTurn | None = None
+    turns: list[ReplayedTurn] = []
+    current: ReplayedTurn | None = None
     for update in updates:
         data = as_dict(update)
         kind = data.get("sessionUpdate")
@@ -234,11 +111,11 @@ def split_history(updates: list[Any]) -> SplitHistory:
             if same_message and current is not None:
                 current.prompt += text
             else:
-                current = ImportedTurn(prompt=text, message_id=message_id)
+                current = ReplayedTurn(prompt=text, message_id=message_id)
                 turns.append(current)
             continue
         if current is None:
-            current = ImportedTurn(prompt="")
+            current = ReplayedTurn(prompt="")
             turns.append(current)
         current.updates.append(data)
     return SplitHistory(turns=turns, title=meta.title, commands=meta.commands)
@@ -264,73 +141,19 @@ def _merge_deltas(events: list[NewEvent]) -> list[NewEvent]:
     return merged
 
 
-def turn_events(turn: ImportedTurn, started: dict[str, Any]) -> list[NewEvent]:
-    """The journal of one imported turn: run.started, the translator's output, done{completed}."""
+def turn_body(turn: ReplayedTurn) -> list[NewEvent]:
+    """What the agent produced in one replayed turn, as journal events (deltas merged)."""
     translator = Translator()
     body: list[NewEvent] = []
     for update in turn.updates:
         body += translator.translate(update)
     body += translator.finish()
-    return [
-        NewEvent(EventType.RUN_STARTED, {"status": RunStatus.RUNNING, **started}),
-        *_merge_deltas(body),
-        done_event(RunStatus.COMPLETED, imported=True),
-    ]
+    return _merge_deltas(body)
 
 
-def write_import(
-    project_id: int, agent_session_id: str, history: SplitHistory, agent: str
-) -> tuple[Session, bool]:
-    """Create the session and its completed turns in one transaction; idempotent.
-
-    Returns the session and whether it was created now. The project row lock
-    serialises imports, so the same agent session is never imported twice.
-    """
-    with transaction.atomic():
-        project = Project.objects.select_for_update().get(pk=project_id)
-        existing = imported_session(project.pk, agent_session_id)
-        if existing is not None:
-            return existing, False
-        title = history.title or _title_from(history.turns) or f"Imported {agent_session_id[:8]}"
-        session = Session.objects.create(
-            project=project,
-            title=title[:300],
-            agent_session_id=agent_session_id,
-            commands=history.commands or [],
-        )
-        for index, turn in enumerate(history.turns, start=1):
-            now = timezone.now()
-            # Created running (a queued run would be claimable) and ended by its own `done`.
-            run = Run.objects.create(
-                session=session,
-                client_id=f"import-{index}",
-                prompt_text=turn.prompt,
-                source=RunSource.IMPORT,
-                source_meta={"agent_session_id": agent_session_id, "turn": index},
-                status=RunStatus.RUNNING,
-                created_at=now,
-                started_at=now,
-            )
-            started = {
-                "session_id": session.pk,
-                "agent": agent,
-                "project": project.name,
-                "workspace": project.path,
-                "source": RunSource.IMPORT,
-                "imported": True,
-            }
-            journal.append_batch(run.pk, turn_events(turn, started), publish=False)
-        session_id = session.pk
-        transaction.on_commit(lambda: notify.publish_session_changed(session_id))
-    return session, True
-
-
-def _title_from(turns: list[ImportedTurn]) -> str:
-    for turn in turns:
-        words = turn.prompt.split()
-        if words:
-            return " ".join(words[:8])
-    return ""
+def imported_history(split: SplitHistory) -> ImportedHistory:
+    turns = [ImportedTurn(prompt=turn.prompt, events=turn_body(turn)) for turn in split.turns]
+    return ImportedHistory(turns=turns, title=split.title, commands=split.commands)
 
 
 # ---------------------------------------------------------------- runner side: ACP
@@ -413,13 +236,13 @@ class JobLoop:
 
     async def execute(self, job_id: int) -> None:
         try:
-            ctx = await sync_to_async(_job_context)(job_id)
-            if ctx["kind"] == AgentJobKind.LIST_SESSIONS:
+            ctx = await sync_to_async(job_context)(job_id)
+            if ctx.kind == AgentJobKind.LIST_SESSIONS:
                 result = await self._list_sessions(ctx)
-            elif ctx["kind"] == AgentJobKind.IMPORT_SESSION:
+            elif ctx.kind == AgentJobKind.IMPORT_SESSION:
                 result = await self._import_session(ctx)
             else:
-                raise JobFailed("unknown_kind", f"unknown job kind {ctx['kind']!r}")
+                raise JobFailed("unknown_kind", f"unknown job kind {ctx.kind!r}")
         except asyncio.CancelledError:
             # Best effort: if this write is cut short too, another runner fails the job as runner_lost.
             with contextlib.suppress(BaseException):
@@ -445,32 +268,32 @@ class JobLoop:
         else:
             await sync_to_async(finish_job)(job_id, result=result)
 
-    async def _acquire(self, ctx: dict[str, Any]) -> AgentProcess:
-        spec = settings.HERMESWEB_AGENTS.get(ctx["agent"])
+    async def _acquire(self, ctx: JobContext) -> AgentProcess:
+        spec = settings.HERMESWEB_AGENTS.get(ctx.agent)
         if spec is None:
-            raise JobFailed("agent_unknown", f"Agent {ctx['agent']!r} is not configured on this runner.")
+            raise JobFailed("agent_unknown", f"Agent {ctx.agent!r} is not configured on this runner.")
         try:
-            return await self.runner.pool.acquire(spec, ctx["project_id"], ctx["cwd"])
+            return await self.runner.pool.acquire(spec, ctx.project_id, ctx.cwd)
         except AgentDied as exc:
             raise JobFailed("agent_start_failed", str(exc)) from None
 
-    async def _list_sessions(self, ctx: dict[str, Any]) -> dict[str, Any]:
+    async def _list_sessions(self, ctx: JobContext) -> dict[str, Any]:
         process = await self._acquire(ctx)
         try:
             if "list" not in (process.capabilities.get("session_capabilities") or {}):
-                raise JobFailed("list_unsupported", f"Agent {ctx['agent']!r} does not list its sessions.")
+                raise JobFailed("list_unsupported", f"Agent {ctx.agent!r} does not list its sessions.")
             sessions: dict[str, dict[str, Any]] = {}
             cursor: str | None = None
             for _ in range(MAX_LIST_PAGES):
                 try:
                     page = await process.call(
-                        process.conn.list_sessions(cwd=ctx["cwd"], cursor=cursor), LIST_TIMEOUT
+                        process.conn.list_sessions(cwd=ctx.cwd, cursor=cursor), LIST_TIMEOUT
                     )
                 except acp.RequestError as exc:
                     raise JobFailed("list_failed", f"The agent refused session/list: {exc}") from None
                 for info in page.sessions:
                     # The agent filters by cwd; an agent that ignores the filter must not leak others.
-                    if _same_dir(info.cwd, ctx["cwd"]) and info.session_id not in sessions:
+                    if _same_dir(info.cwd, ctx.cwd) and info.session_id not in sessions:
                         sessions[info.session_id] = {
                             "agent_session_id": info.session_id,
                             "cwd": info.cwd,
@@ -484,18 +307,18 @@ class JobLoop:
         finally:
             await self.runner.pool.release(process)
 
-    async def _import_session(self, ctx: dict[str, Any]) -> dict[str, Any]:
-        sid = str(ctx["payload"].get("agent_session_id") or "")
+    async def _import_session(self, ctx: JobContext) -> dict[str, Any]:
+        sid = str(ctx.payload.get("agent_session_id") or "")
         if not sid:
             raise JobFailed("invalid_payload", "An import needs an agent_session_id.")
-        existing = await sync_to_async(imported_session)(ctx["project_id"], sid)
+        existing = await sync_to_async(imported_session)(ctx.project_id, sid)
         if existing is not None:
             # Already imported: no agent needed, the same session answers.
-            return await sync_to_async(_import_result)(existing, created=False)
+            return await sync_to_async(import_result)(existing, created=False)
         process = await self._acquire(ctx)
         try:
             if not process.capabilities.get("load_session"):
-                raise JobFailed("load_unsupported", f"Agent {ctx['agent']!r} cannot load sessions.")
+                raise JobFailed("load_unsupported", f"Agent {ctx.agent!r} cannot load sessions.")
             if sid in process.sinks or sid in process.loading:
                 raise JobFailed("session_busy", "That agent session is in use in this project right now.")
             collector = HistoryCollector()
@@ -503,7 +326,7 @@ class JobLoop:
             process.sinks[sid] = collector
             try:
                 await process.call(
-                    process.conn.load_session(cwd=ctx["cwd"], session_id=sid, mcp_servers=[]), LOAD_TIMEOUT
+                    process.conn.load_session(cwd=ctx.cwd, session_id=sid, mcp_servers=[]), LOAD_TIMEOUT
                 )
                 await _replay_settled(process, sid)
             except acp.RequestError as exc:
@@ -521,7 +344,7 @@ class JobLoop:
             # This process has the session open now: the next turn prompts without reloading it.
             process.loaded.add(sid)
             write = sync_to_async(write_import)
-            session, created = await write(ctx["project_id"], sid, history, ctx["agent"])
-            return await sync_to_async(_import_result)(session, created=created)
+            session, created = await write(ctx.project_id, sid, imported_history(history), ctx.agent)
+            return await sync_to_async(import_result)(session, created=created)
         finally:
             await self.runner.pool.release(process)

@@ -27,18 +27,19 @@ from django.utils import timezone
 
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
-from runs import journal, leases, notify
-from runs.agents import AgentDied, AgentProcess
-from runs.connections import retried
+from runs import journal, notify
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, ControlState, EventType, Run, RunStatus
-from runs.translate import Translator, as_dict, per_turn_usage
-from runs.writer import JournalWriter
+from runs.runner import leases
+from runs.runner.agents import AgentDied, AgentProcess
+from runs.runner.connections import retried
+from runs.runner.translate import Translator, as_dict, per_turn_usage
+from runs.runner.writer import JournalWriter
 
 if TYPE_CHECKING:
     import psycopg
 
-    from runs.runner import RunnerProcess
+    from runs.runner.process import RunnerProcess
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ CANCEL_GRACE_SECONDS = 10.0
 STEER_ACKS = ("Steer queued",)
 CANCEL_TIMEOUT = "cancel not acknowledged"
 # A flush of this run's events could not be written, nor shown to have landed, before
-# HERMESWEB_DB_RETRY_SECONDS ran out (runs/writer.py, `_write`): the turn has a hole.
+# HERMESWEB_DB_RETRY_SECONDS ran out (runs/runner/writer.py, `_write`): the turn has a hole.
 JOURNAL_LOST = "journal write lost"
 JOURNAL_LOST_MESSAGE = (
     "The database could not be reached for too long while part of this turn was being saved, "

@@ -38,9 +38,9 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 
 from runs import journal, notify, services
-from runs.connections import LoopConnection, Retrying, revive, revived
 from runs.journal import NewEvent
 from runs.models import EventType, JournalEvent
+from runs.runner.connections import LoopConnection, Retrying, revive, revived
 
 log = logging.getLogger(__name__)
 

@@ -28,15 +28,16 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from runs import connections, leases, notify
-from runs.agents import AgentPool, AgentProcess
-from runs.connections import LoopConnection, revived
-from runs.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start, unstarted_claims
-from runs.jobs import JobLoop
+from runs import notify
 from runs.models import Control, Run
+from runs.runner import connections, leases
+from runs.runner.agents import AgentPool, AgentProcess
+from runs.runner.connections import LoopConnection, revived
+from runs.runner.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start, unstarted_claims
+from runs.runner.jobs import JobLoop
+from runs.runner.translate import Translator
+from runs.runner.writer import group_commit
 from runs.services import do_mark_interrupted
-from runs.translate import Translator
-from runs.writer import group_commit
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class RunnerProcess:
             asyncio.ensure_future(self._lease_loop()),
             asyncio.ensure_future(self._control_loop()),
             asyncio.ensure_future(self._doorbell_loop()),
-            asyncio.ensure_future(JobLoop(self).run()),  # session discovery/import (runs/jobs.py)
+            asyncio.ensure_future(JobLoop(self).run()),  # session discovery/import (runs/runner/jobs.py)
         ]
         await self.stopping.wait()
         log.info("runner %s stopping: no new claims; %d turn(s) finishing", self.runner_id, len(self.tasks))
