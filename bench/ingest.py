@@ -9,7 +9,7 @@ Measured, each on a fresh run, in one process per database:
   the runner's own batch path (append_batch in asgiref's database thread, then the
   publish-after-commit from the event loop).
 - baseline: one INSERT per event (JournalEvent.objects.create in a loop, autocommit).
-  Also journal.append() per event, the single-event API with all its invariants.
+  Also journal.append_batch() of one event each, the single-event API with all its invariants.
 - ceiling: the same rows as one raw multi-row INSERT per 1,000 (cursor.executemany;
   COPY on PostgreSQL): what the database takes with no Python per row.
 
@@ -96,11 +96,11 @@ def per_event_append(n: int) -> int:
     from runs import journal
 
     run_id = fresh_run()
-    append = sync_to_async(journal.append)
+    append = sync_to_async(journal.append_batch)
 
     async def go() -> None:
         for seq in range(1, n + 1):
-            await append(run_id, "tool.updated", tool_payload(seq))
+            await append(run_id, [journal.NewEvent("tool.updated", tool_payload(seq))])
 
     asyncio.run(go())
     return n
@@ -236,7 +236,7 @@ def measure(db: str, quick: bool) -> list[S.Row]:
         row("JournalWriter, deltas + 1 tool event in 10", "mixed"),
         # The ingest target is for what a runner sustains, i.e. through JournalWriter.
         row("batch append, 100 events per transaction", "batch", with_target=False, ceiling=True),
-        row("journal.append() per event", "append1", with_target=False),
+        row("append_batch() per event", "append1", with_target=False),
     ]
 
 

@@ -24,8 +24,8 @@ from hermesweb.markdown import render_markdown
 from projects.api import with_active_run
 from projects.models import Project, Session
 from projects.schemas import ProjectOut, SessionOut, WorkflowOut
-from runs.journal import materialize
 from runs.models import TERMINAL_STATUSES, JournalEvent, Run
+from runs.transcript import materialize
 
 # The workbench needs nothing from anywhere else; inline script is refused
 # even if a sanitizer ever let some through. `connect-src 'self'` covers the

@@ -18,6 +18,7 @@ from intents import services
 from intents.models import PendingIntent
 from intents.schemas import MAX_INT, IntentActionIn, IntentDeleteIn, IntentOut, IntentPatch, IntentResultOut
 from projects.models import Session
+from runs import controls
 
 router = Router(tags=["intents"])
 
@@ -77,4 +78,4 @@ def stop_and_send(
 ) -> IntentResultOut:
     """Cancel the active run and send this item as the next turn."""
     intent = get_visible(PendingIntent.objects, request.auth, id, "intent")
-    return result_out(services.do_stop_and_send(intent, run_id=payload.run_id if payload else None))
+    return result_out(controls.do_stop_and_send(intent, run_id=payload.run_id if payload else None))

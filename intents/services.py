@@ -19,7 +19,7 @@ from django.utils import timezone
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
 from runs import notify
-from runs.models import Control, ControlKind, Run, RunSource, RunStatus
+from runs.models import Control, ControlKind, Run, Runner, RunSource, RunStatus
 
 
 @dataclass
@@ -66,8 +66,6 @@ def enqueue(
 
 def steer_support(session: Session) -> tuple[bool, str]:
     """Whether the session's agent can take steer; the reason when it cannot."""
-    from runs.models import Runner
-
     agent = settings.HERMESWEB_AGENTS.get(session.project.agent)
     if agent is None:
         return False, f"Agent {session.project.agent!r} is not configured."
@@ -136,9 +134,7 @@ def request_steer(
 
 
 def _locked(intent: PendingIntent) -> tuple[Session, PendingIntent]:
-    from runs.services import lock_session
-
-    session = lock_session(intent.session_id)
+    session = Session.objects.lock(intent.session_id)
     return session, PendingIntent.objects.get(pk=intent.pk)
 
 
@@ -237,53 +233,71 @@ def do_steer_intent(intent: PendingIntent, *, run_id: int | None = None) -> Inte
     return IntentResult("accepted", "Steer sent to the running agent.", intent)
 
 
-def do_stop_and_send(intent: PendingIntent, *, run_id: int | None = None) -> IntentResult:
-    """Cancel the active run and make this waiting item the next turn, exactly once.
+def begin_stop_and_send(
+    session: Session, intent: PendingIntent, *, run_id: int | None
+) -> IntentResult | None:
+    """Mark a waiting Queue item `stopping`: the next turn, once the active run ends.
 
-    The item is marked `stopping` in the same transaction as the cancel
-    request, and `drain` (run in the terminal event's transaction) dispatches
-    stopping items first — so a refresh or a dropped socket mid-cancel loses nothing.
-    `run_id` is the run the caller meant to stop: when another run is active by
-    now (the queue moved on), the answer is `conflict` and nothing is cancelled.
+    Returns the refusal, or None when marked; `intent.target_run` is then the run to
+    stop (None: nothing runs). Caller holds the session lock and cancels that run in
+    the same transaction (runs.controls.do_stop_and_send); `drain` dispatches stopping
+    items first, so a refresh or a dropped socket mid-cancel loses nothing. `run_id` is
+    the run the caller meant to stop: when another is active by now, `conflict`.
     """
-    from runs.controls import do_cancel
-
-    with transaction.atomic():
-        session, intent = _locked(intent)
-        if intent.kind == IntentKind.STOP_AND_SEND:
-            return IntentResult("duplicate", "Stop-and-send already requested.", intent)
-        refused = _waiting_check(intent, None)
-        if refused:
-            return refused
-        if PendingIntent.objects.filter(session=session, state=IntentState.STOPPING).exists():
-            # Only one message can be "the next turn": a second one would claim to stop a
-            # run that is already stopping, then silently wait behind the first.
-            why = "Another message is already replacing the current run; this one stays queued."
-            intent.reason = why
-            intent.save(update_fields=["reason", "updated_at"])
-            _changed(session.pk)
-            return IntentResult("conflict", why, intent)
-        active = Run.objects.filter(session=session).active().first()
-        if run_id is not None and active is not None and active.pk != run_id:
-            why = "The run you meant to stop has ended; this message stays queued."
-            return IntentResult("conflict", why, intent)
-        intent.kind = IntentKind.STOP_AND_SEND
-        intent.state = IntentState.STOPPING
-        intent.target_run = active
-        intent.reason = ""
-        intent.version += 1
-        intent.save()
+    if intent.kind == IntentKind.STOP_AND_SEND:
+        return IntentResult("duplicate", "Stop-and-send already requested.", intent)
+    refused = _waiting_check(intent, None)
+    if refused:
+        return refused
+    if PendingIntent.objects.filter(session=session, state=IntentState.STOPPING).exists():
+        # Only one message can be "the next turn": a second one would claim to stop a
+        # run that is already stopping, then silently wait behind the first.
+        why = "Another message is already replacing the current run; this one stays queued."
+        intent.reason = why
+        intent.save(update_fields=["reason", "updated_at"])
         _changed(session.pk)
-        if active is None:
-            drain(session)
-            notify.wake_runners("run.queued")
-            return IntentResult("accepted", "Nothing was running; sent now.", intent)
-        result = do_cancel(active)
-        if result.status in ("not_active",):
-            drain(session)
-            notify.wake_runners("run.queued")
-    intent.refresh_from_db()
-    return IntentResult("accepted", "Stopping the current run; this message goes next.", intent)
+        return IntentResult("conflict", why, intent)
+    active = Run.objects.filter(session=session).active().first()
+    if run_id is not None and active is not None and active.pk != run_id:
+        why = "The run you meant to stop has ended; this message stays queued."
+        return IntentResult("conflict", why, intent)
+    intent.kind = IntentKind.STOP_AND_SEND
+    intent.state = IntentState.STOPPING
+    intent.target_run = active
+    intent.reason = ""
+    intent.version += 1
+    intent.save()
+    _changed(session.pk)
+    return None
+
+
+def do_steer_delivered(control_id: int, intent_id: int) -> None:
+    """The runner handed the steer to the agent: its control accepted, the item delivered.
+
+    Called in the transaction that journals the steer (the runner's writer `also`).
+    """
+    Control.objects.filter(pk=control_id).record("accepted", "Steer delivered to the agent.")
+    intent = PendingIntent.objects.get(pk=intent_id)
+    PendingIntent.objects.filter(pk=intent_id).update(
+        state=IntentState.DELIVERED, version=intent.version + 1, updated_at=timezone.now()
+    )
+    _changed(intent.session_id)
+
+
+def do_steer_failed(control_id: int, intent_id: int, reason: str) -> None:
+    """A steer the runner could not deliver falls back to the queue, its text kept and the reason shown."""
+    with transaction.atomic():
+        intent = PendingIntent.objects.get(pk=intent_id)
+        Session.objects.lock(intent.session_id)
+        Control.objects.filter(pk=control_id).record("conflict", reason)
+        intent.refresh_from_db()
+        if intent.state == IntentState.WAITING and intent.kind == IntentKind.STEER:
+            intent.kind = IntentKind.QUEUE
+            intent.reason = f"{reason} It stays queued for the next turn."
+            intent.source_meta = {**intent.source_meta, "steer_failed": reason}
+            intent.version += 1
+            intent.save()
+        _changed(intent.session_id)
 
 
 def settle_after_run(session: Session, run: Run) -> None:
@@ -301,8 +315,8 @@ def settle_after_run(session: Session, run: Run) -> None:
     if not leftovers:
         return
     Control.objects.filter(
-        run=run, kind=ControlKind.STEER, target_id__in=[str(i.pk) for i in leftovers], state="pending"
-    ).update(state="rejected", result="expired", message="run ended before delivery")
+        run=run, kind=ControlKind.STEER, target_id__in=[str(i.pk) for i in leftovers]
+    ).expire("run ended before delivery")
     queued = list(
         PendingIntent.objects.filter(session=session, kind=IntentKind.QUEUE)
         .waiting()

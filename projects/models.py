@@ -108,6 +108,16 @@ class SessionQuerySet(models.QuerySet["Session"]):
     def visible_to(self, user: Any) -> SessionQuerySet:
         return self if user.is_staff else self.filter(project__owner=user)
 
+    def lock(self, session_id: int, *, visible_to: Any | None = None) -> Session:
+        """Serialise every decision about one session's turns. Call inside atomic().
+
+        The lock order everywhere is session, then run. With `visible_to`, a session that
+        user may not see is Session.DoesNotExist, checked by the same read. Only the
+        session's row is locked, not its project's.
+        """
+        sessions = self if visible_to is None else self.visible_to(visible_to)
+        return sessions.select_for_update(of=("self",)).select_related("project").get(pk=session_id)
+
 
 class Session(models.Model):
     # No index of its own: (project, -updated_at) leads with it, and every turn touches updated_at.
@@ -133,6 +143,4 @@ class Session(models.Model):
         return self.title or f"Session {self.pk}"
 
     def active_run(self) -> Run | None:
-        from runs.models import Run
-
-        return Run.objects.filter(session=self).active().first()
+        return self.runs.active().first()  # type: ignore[attr-defined]

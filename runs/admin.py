@@ -3,7 +3,7 @@
 Runs list with their lease and a stale flag; a run's page shows its
 materialized transcript, its controls with their results and its journal,
 paginated. Nothing here edits the journal: "mark interrupted" goes through
-runs.services.do_mark_interrupted, which journals the terminal event like a
+runs.turns.do_mark_interrupted, which journals the terminal event like a
 reaper would.
 """
 
@@ -30,9 +30,9 @@ from django.utils.timesince import timesince
 from hermesweb.admin import ReadOnlyMixin
 from hermesweb.markdown import render_markdown
 from runs.export import item_markdown
-from runs.journal import materialize
 from runs.models import AgentJob, Control, JournalEvent, Run, Runner, RunStatus
-from runs.services import do_mark_interrupted
+from runs.transcript import materialize
+from runs.turns import do_mark_interrupted
 
 EVENTS_PER_PAGE = 100
 # The run actions are offered in the runs list and on a run's own page.

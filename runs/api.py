@@ -38,6 +38,7 @@ from runs.schemas import (
     TranscriptOut,
     TurnOut,
 )
+from runs.transcript import materialize
 
 router = Router()
 
@@ -111,7 +112,7 @@ def transcript(request: HttpRequest, id: int) -> TranscriptOut:
             created_at=run.created_at,
             started_at=run.started_at,
             finished_at=run.finished_at,
-            state=journal.materialize(events[run.pk]),
+            state=materialize(events[run.pk]),
         )
         for run in runs
     ]

@@ -12,6 +12,8 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from intents import services as intents
+from intents.models import PendingIntent
 from projects.models import Session
 from runs import journal, notify
 from runs.models import (
@@ -23,6 +25,7 @@ from runs.models import (
     Run,
     RunStatus,
 )
+from runs.turns import finish_run
 
 Status = ControlResultStatus
 
@@ -60,10 +63,8 @@ def do_cancel(run: Run) -> ControlResult:
     A queued run never reached an agent, so it is cancelled here and now; an
     executing run gets a pending control that its runner applies.
     """
-    from runs.services import finish_run, lock_session
-
     with transaction.atomic():
-        lock_session(run.session_id)
+        Session.objects.lock(run.session_id)
         locked = _lock_run(run.pk)
         if locked.is_terminal:
             return ControlResult.of(Status.NOT_ACTIVE, f"Run already ended ({locked.status}).")
@@ -87,6 +88,29 @@ def do_cancel(run: Run) -> ControlResult:
         _ring(locked.pk)
         transaction.on_commit(lambda: notify.publish_session_changed(locked.session_id))
     return ControlResult.of(Status.ACCEPTED, "Cancel requested.")
+
+
+def do_stop_and_send(intent: PendingIntent, *, run_id: int | None = None) -> intents.IntentResult:
+    """Cancel the active run and make this waiting item the next turn, exactly once.
+
+    The item is marked `stopping` (intents.services.begin_stop_and_send) in the same
+    transaction as the cancel request; the run's terminal event drains it first.
+    """
+    with transaction.atomic():
+        session = Session.objects.lock(intent.session_id)
+        intent = PendingIntent.objects.get(pk=intent.pk)
+        refused = intents.begin_stop_and_send(session, intent, run_id=run_id)
+        if refused is not None:
+            return refused
+        active = intent.target_run
+        # A run that ended meanwhile drained nothing for this item: send it now.
+        if active is None or do_cancel(active).status == Status.NOT_ACTIVE:
+            intents.drain(session)
+            notify.wake_runners("run.queued")
+            if active is None:
+                return intents.IntentResult("accepted", "Nothing was running; sent now.", intent)
+    intent.refresh_from_db()
+    return intents.IntentResult("accepted", "Stopping the current run; this message goes next.", intent)
 
 
 def _journaled(run: Run, event_type: str, id_key: str, target: str) -> JournalEvent | None:

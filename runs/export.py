@@ -8,8 +8,8 @@ from typing import Any
 from intents.models import PendingIntent
 from intents.services import intent_dict
 from projects.models import Session
-from runs.journal import materialize
 from runs.models import JournalEvent, Run
+from runs.transcript import materialize
 
 
 def run_turn(run: Run) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import psycopg
@@ -45,6 +45,13 @@ class CursorExpired(JournalError):
     code = "cursor_expired"
 
 
+class Appended(NamedTuple):
+    """A batch as written: its rows with their seqs, and the run's session."""
+
+    rows: list[JournalEvent]
+    session_id: int
+
+
 @dataclass
 class NewEvent:
     type: str
@@ -59,10 +66,6 @@ def done_event(state: str, **payload: Any) -> NewEvent:
     if state not in TERMINAL_STATES:
         raise ValueError(f"terminal state must be one of {sorted(TERMINAL_STATES)}, got {state!r}")
     return NewEvent(EventType.DONE, {"state": state, **payload})
-
-
-def append(run_id: int, type: str, payload: dict[str, Any] | None = None, **run_updates: Any) -> JournalEvent:
-    return append_batch(run_id, [NewEvent(type, payload or {})], **run_updates)[0]
 
 
 def append_batch(
@@ -84,17 +87,15 @@ def append_batch(
     return rows
 
 
-def append_unpublished(
-    run_id: int, events: Sequence[NewEvent], **run_updates: Any
-) -> tuple[list[JournalEvent], int]:
-    """append_batch without the publish: returns (rows, session id); call inside atomic().
+def append_unpublished(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> Appended:
+    """append_batch without the publish; call inside atomic().
 
     For a caller on an event loop (runs.runner.writer) that publishes itself once its
     transaction has committed, instead of having the database thread hop back to
     the loop and wait there for every commit's notification.
     """
     if not events:
-        return [], 0
+        return Appended([], 0)
     for index, event in enumerate(events):
         if event.terminal and index != len(events) - 1:
             raise ValueError("a done event must be the last of its batch")
@@ -127,14 +128,14 @@ def append_unpublished(
             updates["lease_expires_at"] = None
         if updates:
             Run.objects.filter(pk=run_id).update(**updates)
-    return rows, session_id
+    return Appended(rows, session_id)
 
 
-GroupResult = tuple[list[JournalEvent], int] | JournalError | Run.DoesNotExist
+GroupResult = Appended | JournalError | Run.DoesNotExist
 
 
 def append_group_unpublished(items: Sequence[tuple[int, Sequence[NewEvent]]]) -> list[GroupResult]:
-    """append_unpublished for the batches of several runs; per item (rows, session id) or a refusal.
+    """append_unpublished for the batches of several runs; per item Appended or a refusal.
 
     A run that ended or does not exist refuses its batch (nothing is written for it; the
     others go on). No run updates, and no terminal event: those take append_unpublished.
@@ -231,7 +232,7 @@ class _Group:
         results: list[GroupResult] = []
         for run_id in self.runs:
             if run_id in self.taken:
-                results.append((saved[run_id], self.taken[run_id][0]))
+                results.append(Appended(saved[run_id], self.taken[run_id][0]))
             elif run_id in found:
                 results.append(AlreadyTerminal(f"run {run_id} already ended ({found[run_id]})"))
             else:
@@ -576,136 +577,3 @@ def check_cursor(run: Run, after_seq: int) -> None:
 
 def envelopes(events: Iterable[JournalEvent], session_id: int) -> list[dict[str, Any]]:
     return [event.envelope(session_id) for event in events]
-
-
-# ---------------------------------------------------------------- materialize
-
-
-def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, Any]:
-    """Fold a run's events into the state a browser renders.
-
-    `items` keeps the visible order: text and reasoning segments, tool cards,
-    plans, approvals, clarify prompts, steer control events and errors. Applying
-    the same events twice (a replay overlap) changes nothing: events at or
-    below the last applied seq are skipped.
-    """
-    state: dict[str, Any] = {
-        "items": [],
-        "text": "",
-        "reasoning": "",
-        "tools": {},
-        "plan": [],
-        "approvals": {},
-        "clarifications": {},
-        "steers": [],
-        "title": None,
-        "usage": {},
-        "usage_final": None,
-        "errors": [],
-        "status": RunStatus.QUEUED.value,
-        "terminal": False,
-        "terminal_state": None,
-        "stop_reason": None,
-        "last_seq": 0,
-    }
-    for event in events:
-        apply_event(state, event)
-    return state
-
-
-def _as_dict(event: JournalEvent | dict[str, Any]) -> dict[str, Any]:
-    if isinstance(event, JournalEvent):
-        return {"seq": event.seq, "type": event.type, "payload": event.payload, "terminal": event.terminal}
-    return event
-
-
-def apply_event(state: dict[str, Any], event: JournalEvent | dict[str, Any]) -> None:
-    ev = _as_dict(event)
-    if ev["seq"] <= state["last_seq"]:
-        return
-    state["last_seq"] = ev["seq"]
-    kind, payload, items = ev["type"], ev.get("payload") or {}, state["items"]
-    if kind == EventType.TOKEN_DELTA:
-        delta = payload.get("delta", "")
-        state["text"] += delta
-        message_id = payload.get("message_id")
-        last = items[-1] if items else None
-        if last and last["kind"] == "text" and last.get("message_id") == message_id:
-            last["text"] += delta
-        else:
-            items.append({"kind": "text", "message_id": message_id, "text": delta})
-    elif kind == EventType.REASONING_DELTA:
-        delta = payload.get("delta", "")
-        state["reasoning"] += delta
-        block_id = payload.get("reasoning_id")
-        last = items[-1] if items else None
-        if last and last["kind"] == "reasoning" and last.get("reasoning_id") == block_id and not last["done"]:
-            last["text"] += delta
-        else:
-            items.append({"kind": "reasoning", "reasoning_id": block_id, "text": delta, "done": False})
-    elif kind == EventType.REASONING_DONE:
-        for item in reversed(items):
-            if item["kind"] == "reasoning":
-                item["done"] = True
-                break
-    elif kind in (EventType.TOOL_STARTED, EventType.TOOL_UPDATED, EventType.TOOL_DONE):
-        tool_id = payload.get("tool_call_id", "")
-        tool = state["tools"].get(tool_id)
-        if tool is None:
-            tool = {"kind": "tool", "tool_call_id": tool_id, "status": "pending", "content": []}
-            state["tools"][tool_id] = tool
-            items.append(tool)
-        for key in ("title", "tool_kind", "status", "arguments", "locations", "output", "error", "duration"):
-            if payload.get(key) is not None:
-                tool[key] = payload[key]
-        if payload.get("content"):
-            tool["content"] = payload["content"]
-        if kind == EventType.TOOL_DONE:
-            tool["done"] = True
-    elif kind == EventType.PLAN_UPDATED:
-        state["plan"] = payload.get("entries", [])
-        if items and items[-1]["kind"] == "plan":
-            items[-1]["entries"] = state["plan"]
-        else:
-            items.append({"kind": "plan", "entries": state["plan"]})
-    elif kind == EventType.APPROVAL_REQUESTED:
-        approval = {"kind": "approval", **payload, "resolved": False, "choice": None}
-        state["approvals"][payload.get("approval_id")] = approval
-        items.append(approval)
-    elif kind == EventType.APPROVAL_RESOLVED:
-        approval = state["approvals"].get(payload.get("approval_id"))
-        if approval is not None:
-            approval.update(resolved=True, choice=payload.get("option_id"), outcome=payload.get("outcome"))
-    elif kind == EventType.CLARIFY_REQUESTED:
-        clarify = {"kind": "clarify", **payload, "resolved": False, "answer": None}
-        state["clarifications"][payload.get("clarify_id")] = clarify
-        items.append(clarify)
-    elif kind == EventType.CLARIFY_RESOLVED:
-        clarify = state["clarifications"].get(payload.get("clarify_id"))
-        if clarify is not None:
-            clarify.update(resolved=True, answer=payload.get("answer"), outcome=payload.get("outcome"))
-    elif kind == EventType.STEER_DELIVERED:
-        steer = {"kind": "steer", "text": payload.get("text", ""), "intent_id": payload.get("intent_id")}
-        state["steers"].append(steer)
-        items.append(steer)
-    elif kind == EventType.TITLE_UPDATED:
-        state["title"] = payload.get("title")
-    elif kind == EventType.USAGE_UPDATED:
-        state["usage"] = {**state["usage"], **payload}
-    elif kind == EventType.USAGE_FINAL:
-        state["usage_final"] = payload
-    elif kind == EventType.ERROR:
-        state["errors"].append(payload)
-        items.append({"kind": "error", **payload})
-    elif kind in (EventType.STATUS, EventType.RUN_STARTED):
-        if payload.get("status"):
-            state["status"] = payload["status"]
-    elif kind == EventType.PROGRESS:
-        state["progress"] = payload.get("text")
-    elif kind == EventType.DONE:
-        state["terminal"] = True
-        state["terminal_state"] = payload.get("state")
-        state["status"] = payload.get("state")
-        state["stop_reason"] = payload.get("stop_reason")
-        if payload.get("reason"):
-            state["terminal_reason"] = payload["reason"]

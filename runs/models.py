@@ -215,6 +215,18 @@ class ControlQuerySet(models.QuerySet["Control"]):
     def pending(self) -> ControlQuerySet:
         return self.filter(state=ControlState.PENDING)
 
+    def record(self, result: str, message: str) -> int:
+        """Record the runner's answer to these controls: applied when accepted, else rejected."""
+        state = ControlState.APPLIED if result == ControlResultStatus.ACCEPTED else ControlState.REJECTED
+        return self.update(state=state, result=result, message=message, applied_at=timezone.now())
+
+    def expire(self, message: str) -> int:
+        """Answer pending controls that can no longer be applied (their run or request ended)."""
+        return self.pending().update(
+            state=ControlState.REJECTED, result=ControlResultStatus.EXPIRED, message=message,
+            applied_at=timezone.now(),
+        )  # fmt: skip
+
 
 class Control(models.Model):
     """A durable control request; the runner applies it and records the result."""

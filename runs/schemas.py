@@ -131,7 +131,7 @@ class TurnOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    state: dict[str, Any] = Field(description="runs.journal.materialize() of the run's events.")
+    state: dict[str, Any] = Field(description="runs.transcript.materialize() of the run's events.")
 
 
 class TranscriptOut(Schema):

@@ -1,4 +1,4 @@
-"""Domain actions for messages and run lifecycle (docs/journal.md, docs/intents.md).
+"""Domain actions for user messages: a new turn, or a pending intent (docs/intents.md).
 
 Persist before dispatch: every action commits its rows first and rings the
 runner's doorbell only after the commit. Client-generated ids make each
@@ -14,14 +14,12 @@ from functools import lru_cache
 from typing import Any, Protocol
 
 from django.db import IntegrityError, connection, transaction
-from django.utils import timezone
 
 from intents import services as intent_services
 from intents.models import PendingIntent
 from projects.models import Project, Session, SessionStatus, Workflow
-from runs import journal, notify
-from runs.journal import NewEvent
-from runs.models import ACTIVE_STATUSES, Control, ControlState, JournalEvent, Run, RunSource, RunStatus
+from runs import notify
+from runs.models import ACTIVE_STATUSES, Run, RunSource
 
 MESSAGE_MODES = ("auto", "queue", "steer")
 
@@ -85,16 +83,6 @@ def _previous_answer(session_id: int, client_id: str) -> SubmitResult | None:
     if run is not None:
         return SubmitResult("run", run, None, run.status, duplicate=True)
     return None
-
-
-def lock_session(session_id: int, *, visible_to: Any | None = None) -> Session:
-    """Serialise every decision about one session's turns. Call inside atomic().
-
-    With `visible_to`, a session that user may not see is Session.DoesNotExist, checked by
-    the same read. Only the session's row is locked, not its project's.
-    """
-    sessions = Session.objects if visible_to is None else Session.objects.visible_to(visible_to)
-    return sessions.select_for_update(of=("self",)).select_related("project").get(pk=session_id)
 
 
 def do_submit_message(
@@ -179,7 +167,7 @@ def _submit(
         raise GuardFailed
     try:
         with transaction.atomic():
-            locked = lock_session(session_id, visible_to=viewer)
+            locked = Session.objects.lock(session_id, visible_to=viewer)
             claims = _client_id_claims(locked.pk, client_id)
             if "intent" in claims:
                 return _intent_result(PendingIntent.objects.get(pk=claims["intent"]), duplicate=True)
@@ -368,50 +356,3 @@ def do_launch_workflow(
         return do_submit_message(
             session, client_id=client_id, text=text, mode="queue", source=RunSource.WORKFLOW, source_meta=meta
         )
-
-
-def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> list[JournalEvent]:
-    """Append a run's final events (ending with `done`) and hand the session on.
-
-    In the same transaction as the terminal event: leftover steers become
-    queued items and the next waiting intent drains into a new run, so the
-    queue drains exactly once whatever crashes afterwards (docs/intents.md).
-    """
-    session_id = Run.objects.values_list("session_id", flat=True).get(pk=run_id)
-    with transaction.atomic():
-        # Lock order everywhere: session, then run (append_batch locks the run).
-        session = lock_session(session_id)
-        rows = journal.append_batch(run_id, events, **run_updates)
-        run = Run.objects.get(pk=run_id)
-        intent_services.settle_after_run(session, run)
-        # Whatever the run never got to apply is answered now, so nothing stays pending forever.
-        Control.objects.filter(run_id=run_id, state=ControlState.PENDING).update(
-            state=ControlState.REJECTED,
-            result="expired",
-            message="the run ended first",
-            applied_at=timezone.now(),
-        )
-        next_run = intent_services.drain(session)
-        if next_run is not None:
-            notify.wake_runners("run.queued", next_run.pk)
-        transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
-    return rows
-
-
-def do_mark_interrupted(run: Run, reason: str, *, code: str = "interrupted") -> bool:
-    """Give an executing run whose runner is gone its terminal event. Never re-prompts it.
-
-    Returns False when the run already ended (someone else got there first).
-    """
-    try:
-        finish_run(
-            run.pk,
-            [
-                NewEvent("error", {"code": code, "message": reason, "terminal": True}),
-                journal.done_event(RunStatus.INTERRUPTED, reason=reason, code=code),
-            ],
-            error=reason,
-        )
-    except journal.AlreadyTerminal:
-        return False
-    return True

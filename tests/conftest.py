@@ -32,8 +32,8 @@ def pytest_configure(config: pytest.Config) -> None:
 def _views_imported() -> None:
     """Import every view module before any test patches what one imports by name.
 
-    A module first imported while a test has patched, say, `runs.journal.materialize` keeps
-    the patch for good (`from runs.journal import materialize`), and every later test on that
+    A module first imported while a test has patched, say, `runs.transcript.materialize` keeps
+    the patch for good (`from runs.transcript import materialize`), and every later test on that
     worker fails with it: which test resolves the first URL depended on xdist's scheduling.
     """
     from django.urls import get_resolver

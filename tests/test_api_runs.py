@@ -12,6 +12,7 @@ from runs.models import Control, ControlKind, Run, RunStatus
 from runs.schemas import EventsPage
 from tests.conftest import token_client
 from tests.factories import ProjectFactory, RunFactory, SessionFactory, run_with_events
+from tests.support.runs import append_event
 
 pytestmark = pytest.mark.django_db
 
@@ -352,7 +353,7 @@ def test_an_impossible_request_id_is_a_422(api: Client, session: Any, target: st
 def test_controls_read_the_journal_not_a_stale_run(api: Client, session: Any) -> None:
     """The request arrived after the page loaded: the answer still finds it."""
     run = running(session)
-    journal.append(run.pk, *APPROVAL, status=RunStatus.AWAITING_APPROVAL)
+    append_event(run.pk, *APPROVAL, status=RunStatus.AWAITING_APPROVAL)
 
     body = api.post(f"/api/runs/{run.pk}/approvals/a1", {"option_id": "allow"}, content_type=JSON).json()
     assert body["status"] == "accepted"

@@ -12,8 +12,8 @@ from django.test import Client
 
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
-from runs import journal
 from runs.models import Control, ControlKind, Run, RunStatus
+from runs.transcript import materialize
 from tests.conftest import token_client
 from tests.factories import PendingIntentFactory, ProjectFactory, RunFactory, SessionFactory, run_with_events
 
@@ -305,7 +305,7 @@ def test_the_transcript_agrees_with_the_runs_event_pages(api: Client, session: A
         cursor = page["events"][-1]["seq"]
 
     transcript = api.get(f"/api/sessions/{session.pk}/transcript").json()
-    assert transcript["turns"][0]["state"] == json.loads(json.dumps(journal.materialize(pages)))
+    assert transcript["turns"][0]["state"] == json.loads(json.dumps(materialize(pages)))
 
 
 # ---------------------------------------------------------------- goal

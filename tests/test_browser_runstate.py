@@ -1,4 +1,4 @@
-"""static/js/runstate.js folds events exactly as runs/journal.py `materialize` does.
+"""static/js/runstate.js folds events exactly as runs/transcript.py `materialize` does.
 
 Item indexes key the rendered-markdown fragments, so the browser's state must
 match the server's item for item. Runs in the real browser, with the module
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from runs.journal import materialize
+from runs.transcript import materialize
 from tests.support.browser import browser  # noqa: F401 - fixture
 
 STATIC = Path(__file__).resolve().parent.parent / "static"

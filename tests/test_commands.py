@@ -13,8 +13,9 @@ from django.core.management.base import CommandError
 from django.utils import timezone
 
 from runs import journal
-from runs.journal import NewEvent, done_event, materialize
+from runs.journal import NewEvent, done_event
 from runs.models import JournalEvent, Run
+from runs.transcript import materialize
 from tests import factories
 
 pytestmark = pytest.mark.django_db

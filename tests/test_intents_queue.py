@@ -16,12 +16,13 @@ from django.db import transaction
 from django.test import Client
 
 from intents.models import IntentKind, IntentState
-from intents.services import do_edit_intent, do_stop_and_send
+from intents.services import do_edit_intent
 from projects.models import Project, Session
+from runs.controls import do_stop_and_send
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, Run, RunSource, RunStatus
 from runs.runner import leases
-from runs.services import finish_run
+from runs.turns import finish_run
 from tests import factories
 from tests.support.intents import (
     fresh,

@@ -16,12 +16,14 @@ from django.db import transaction
 from django.test import Client
 
 from intents.models import IntentKind, IntentState, PendingIntent
-from intents.services import do_delete_intent, do_stop_and_send, drain
+from intents.services import do_delete_intent, drain
 from projects.models import Session
-from runs.controls import do_cancel
-from runs.journal import AlreadyTerminal, apply_event, done_event, materialize
+from runs.controls import do_cancel, do_stop_and_send
+from runs.journal import AlreadyTerminal, done_event
 from runs.models import RunSource, RunStatus
-from runs.services import do_submit_message, finish_run, lock_session
+from runs.services import do_submit_message
+from runs.transcript import apply_event, materialize
+from runs.turns import finish_run
 from tests import factories
 from tests.support.intents import (
     FAST_DEMO,
@@ -238,7 +240,7 @@ def test_invariant_6_replaying_run_events_never_duplicates_steers_queue_items_or
         again = do_submit_message(session, client_id=sent.client_id, text=sent.text, mode="auto")
         assert again.duplicate
     with transaction.atomic():
-        assert drain(lock_session(session.pk)) is None
+        assert drain(Session.objects.lock(session.pk)) is None
     with pytest.raises(AlreadyTerminal):
         finish_run(busy.pk, [done_event(RunStatus.COMPLETED)])
     assert runs_of(session) == [busy, nxt]

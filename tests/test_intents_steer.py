@@ -20,16 +20,17 @@ from intents.models import IntentKind, IntentState, PendingIntent
 from intents.services import (
     do_delete_intent,
     do_edit_intent,
+    do_steer_failed,
     do_steer_intent,
-    do_stop_and_send,
     settle_after_run,
 )
 from projects.models import Session
-from runs.controls import do_cancel
+from runs.controls import do_cancel, do_stop_and_send
 from runs.journal import done_event
 from runs.models import Control, ControlKind, Run, RunSource, RunStatus
-from runs.runner.execution import Claimed, RunExecution, _steer_failed
-from runs.services import do_submit_message, finish_run
+from runs.runner.execution import Claimed, RunExecution
+from runs.services import do_submit_message
+from runs.turns import finish_run
 from tests import factories
 from tests.support.intents import (
     demo_agent_env,
@@ -307,7 +308,7 @@ def test_a_steer_that_fell_back_to_the_queue_can_be_upgraded_again_on_the_same_r
     intent = factories.PendingIntentFactory(session=session)
     assert do_steer_intent(intent).status == "accepted"
     first = Control.objects.get(run=run, kind=ControlKind.STEER)
-    _steer_failed(first.pk, intent.pk, "The agent was busy.")
+    do_steer_failed(first.pk, intent.pk, "The agent was busy.")
     assert fresh(intent).kind == IntentKind.QUEUE
 
     again = do_steer_intent(fresh(intent))

@@ -17,8 +17,8 @@ from django.db import connection
 from django.test import Client
 
 from intents.models import IntentKind, IntentState, PendingIntent
-from intents.services import do_stop_and_send
 from projects.models import Session
+from runs.controls import do_stop_and_send
 from runs.models import Control, ControlKind, RunSource, RunStatus
 from tests.support.intents import (
     FAST_DEMO,

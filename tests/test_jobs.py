@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from projects.models import Session
 from runs.discovery import claim_job, imported_turn_events, reap_orphaned_jobs, write_import
-from runs.journal import materialize
 from runs.models import AgentJob, AgentJobKind, AgentJobState, Run, RunSource
 from runs.runner.agents import AgentProcess
 from runs.runner.jobs import JobLoop, imported_history, split_history
+from runs.transcript import materialize
 from tests import factories
 from tests.support.runs import assert_journal_well_formed
 

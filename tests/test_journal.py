@@ -20,7 +20,9 @@ from runs import journal
 from runs.journal import NewEvent
 from runs.models import JournalEvent, Run, RunStatus
 from runs.redaction import REDACTED, redact
+from runs.transcript import materialize
 from tests.factories import RunFactory, run_with_events
+from tests.support.runs import append_event
 
 pytestmark = pytest.mark.django_db
 
@@ -49,7 +51,7 @@ def seqs(run: Run) -> list[int]:
 
 def test_it_numbers_events_from_one_without_gaps_across_batches() -> None:
     run = RunFactory()
-    first = journal.append(run.pk, "progress", {"text": "a"})
+    first = append_event(run.pk, "progress", {"text": "a"})
     batch = journal.append_batch(run.pk, [NewEvent("progress", {"text": str(i)}) for i in range(3)])
 
     assert first.seq == 1
@@ -62,9 +64,9 @@ def test_it_numbers_events_from_one_without_gaps_across_batches() -> None:
 
 def test_it_gives_each_run_its_own_sequence() -> None:
     one, two = RunFactory(), RunFactory()
-    journal.append(one.pk, "progress")
-    journal.append(one.pk, "progress")
-    event = journal.append(two.pk, "progress")
+    append_event(one.pk, "progress")
+    append_event(one.pk, "progress")
+    event = append_event(two.pk, "progress")
 
     assert event.seq == 1
     assert event.event_id == f"{two.pk}:1"
@@ -72,7 +74,7 @@ def test_it_gives_each_run_its_own_sequence() -> None:
 
 def test_it_writes_run_updates_in_the_same_transaction() -> None:
     run = RunFactory()
-    journal.append(run.pk, "run.started", {"status": "running"}, status=RunStatus.RUNNING)
+    append_event(run.pk, "run.started", {"status": "running"}, status=RunStatus.RUNNING)
 
     run.refresh_from_db()
     assert run.status == RunStatus.RUNNING
@@ -88,7 +90,7 @@ def test_an_empty_batch_appends_nothing() -> None:
 
 def test_the_envelope_is_artifact_1_exactly() -> None:
     run = RunFactory()
-    event = journal.append(run.pk, "tool.updated", {"tool_call_id": "t1"})
+    event = append_event(run.pk, "tool.updated", {"tool_call_id": "t1"})
 
     envelope = event.envelope()
     assert set(envelope) == {
@@ -131,7 +133,7 @@ def test_it_refuses_a_second_terminal_event() -> None:
     with pytest.raises(journal.AlreadyTerminal):
         journal.append_batch(run.pk, [journal.done_event("completed")])
     with pytest.raises(journal.AlreadyTerminal):
-        journal.append(run.pk, "progress")
+        append_event(run.pk, "progress")
     assert seqs(run) == [1]
 
 
@@ -149,7 +151,7 @@ def test_it_refuses_an_unknown_terminal_state() -> None:
 
 def test_a_cancelling_run_keeps_its_status_until_the_terminal_event() -> None:
     run = RunFactory(status=RunStatus.CANCELLING)
-    journal.append(run.pk, "status", {"status": "running"}, status=RunStatus.RUNNING)
+    append_event(run.pk, "status", {"status": "running"}, status=RunStatus.RUNNING)
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLING
 
@@ -244,70 +246,6 @@ def test_the_cursor_errors_carry_their_api_codes() -> None:
     assert journal.CursorExpired.code == "cursor_expired"
 
 
-# ---------------------------------------------------------------- materialize
-
-
-def test_it_materializes_a_fixture_journal_into_what_the_browser_renders() -> None:
-    run = fixture_run()
-
-    state = journal.materialize(journal.read_after(run, 0))
-
-    assert state["text"] == "I'll run the tests.All 3 tests pass."
-    assert state["reasoning"] == "The user wants the tests run."
-    assert [item["kind"] for item in state["items"]] == [
-        "reasoning", "text", "plan", "tool", "approval", "steer", "plan", "text"
-    ]  # fmt: skip
-    reasoning, first_text = state["items"][0], state["items"][1]
-    assert reasoning["done"] is True
-    assert first_text == {"kind": "text", "message_id": "m1", "text": "I'll run the tests."}
-    tool = state["tools"]["t1"]
-    assert tool["status"] == "completed"
-    assert tool["done"] is True
-    assert tool["content"] == [{"type": "text", "text": "collected 3 items"}]
-    assert state["plan"] == [{"content": "Run tests", "status": "completed"}]
-    assert state["approvals"]["a1"]["resolved"] is True
-    assert state["approvals"]["a1"]["choice"] == "allow"
-    assert state["steers"] == [{"kind": "steer", "text": "also run ruff", "intent_id": 7}]
-    assert state["title"] == "Run the tests"
-    assert state["usage_final"] == {"input_tokens": 180, "output_tokens": 42}
-    assert state["terminal"] is True
-    assert state["terminal_state"] == "completed"
-    assert state["stop_reason"] == "end_turn"
-    assert state["last_seq"] == len(fixture_events())
-
-
-def test_materializing_in_pages_equals_materializing_at_once() -> None:
-    """A client that applies events page by page ends where a fresh load does (Zulip's verify_action)."""
-    run = fixture_run()
-    whole = journal.materialize(journal.read_after(run, 0))
-
-    state = journal.materialize([])
-    cursor = 0
-    while page := journal.read_after(run, cursor, limit=4):
-        for event in page:
-            journal.apply_event(state, event)
-        cursor = page[-1].seq
-    assert state == whole
-
-
-def test_replayed_events_change_nothing() -> None:
-    run = fixture_run()
-    events = journal.read_after(run, 0)
-    once = journal.materialize(events)
-
-    twice = journal.materialize(events[:10] + events[5:] + events[-3:])
-    assert twice == once
-
-
-def test_it_materializes_envelopes_as_well_as_rows() -> None:
-    run = fixture_run()
-    events = journal.read_after(run, 0)
-
-    from_rows = journal.materialize(events)
-    from_envelopes = journal.materialize(journal.envelopes(events, run.session_id))
-    assert from_envelopes == from_rows
-
-
 # ---------------------------------------------------------------- redaction
 
 
@@ -318,7 +256,7 @@ def test_secrets_never_reach_the_journal() -> None:
     assert "sk-ant-abcdefghijklmnopqrstuvwxyz" not in stored
     assert "ghp_abcdefghijklmnopqrstuvwxyz0123" not in stored
     assert REDACTED in stored
-    tool = journal.materialize(journal.read_after(run, 0))["tools"]["t1"]
+    tool = materialize(journal.read_after(run, 0))["tools"]["t1"]
     assert tool["arguments"]["command"] == "pytest -q"
     assert tool["arguments"]["env"]["API_KEY"] == REDACTED
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import OperationalError
 
-from runs import journal, services
+from runs import journal, turns
 from runs.journal import NewEvent
 from runs.models import JournalEvent, Run, RunStatus
 from runs.runner import connections
@@ -99,7 +99,7 @@ def test_a_write_cut_off_before_it_committed_is_written_again_by_a_writer_that_k
 @pytest.mark.postgres
 def test_a_final_write_whose_answer_was_lost_ends_the_run_once(monkeypatch: pytest.MonkeyPatch) -> None:
     run = factories.RunFactory(status="running")
-    real = services.finish_run
+    real = turns.finish_run
 
     def committed_then_unanswered(run_id: int, events: Any, **updates: Any) -> Any:
         real(run_id, events, **updates)
@@ -108,7 +108,7 @@ def test_a_final_write_whose_answer_was_lost_ends_the_run_once(monkeypatch: pyte
     async def scenario() -> list[JournalEvent]:
         writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
         await writer.flush([delta("answer")])
-        monkeypatch.setattr(services, "finish_run", committed_then_unanswered)
+        monkeypatch.setattr(turns, "finish_run", committed_then_unanswered)
         return await writer.finish([journal.done_event(RunStatus.COMPLETED)])
 
     final = asyncio.run(scenario())
@@ -147,7 +147,7 @@ def test_a_run_another_runner_ended_while_its_write_went_unanswered_is_not_writt
     async def reaped_meanwhile(self: Any, run_id: int, batch: Any) -> Any:
         # A reaper's terminal lands (two events, as many as our batch) while ours went unanswered.
         def reap() -> None:
-            services.do_mark_interrupted(Run.objects.get(pk=run_id), "lease expired")
+            turns.do_mark_interrupted(Run.objects.get(pk=run_id), "lease expired")
 
         await asyncio.to_thread(reap)
         raise OperationalError("server closed the connection unexpectedly")

@@ -22,14 +22,13 @@ import acp
 from acp import schema
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
-from intents.models import IntentKind, IntentState, PendingIntent
+from intents import services as intents
 from projects.models import Session
-from runs import journal, notify
+from runs import notify
 from runs.journal import AlreadyTerminal, NewEvent, done_event
-from runs.models import Control, ControlKind, ControlState, EventType, Run, RunStatus
+from runs.models import Control, ControlKind, EventType, Run, RunStatus
 from runs.runner import leases
 from runs.runner.agents import AgentDied, AgentProcess
 from runs.runner.connections import retried
@@ -471,22 +470,22 @@ class RunExecution:
             }.get(control.kind, self._apply_unsupported)
             await handler(control)
         except AlreadyTerminal:
-            await sync_to_async(_mark_control)(control.pk, "expired", "The run already ended.")
+            await sync_to_async(_record)(control.pk, "expired", "The run already ended.")
 
     async def _apply_unsupported(self, control: Control) -> None:
-        await sync_to_async(_mark_control)(
+        await sync_to_async(_record)(
             control.pk, "unsupported", f"{control.kind} is not supported by this runner."
         )
 
     async def _apply_cancel(self, control: Control) -> None:
         if self.cancel_requested.is_set():
-            await sync_to_async(_mark_control)(control.pk, "duplicate", "Cancel already in progress.")
+            await sync_to_async(_record)(control.pk, "duplicate", "Cancel already in progress.")
             return
         self.cancel_requested.set()
         resolved = self._resolve_open_requests("cancelled")
         await self.writer.flush(
             [*resolved, NewEvent(EventType.STATUS, {"status": RunStatus.CANCELLING})],
-            also=lambda: _mark_control(control.pk, "accepted", "Cancel sent to the agent."),
+            also=lambda: _record(control.pk, "accepted", "Cancel sent to the agent."),
         )
         if self.process is not None and self.agent_session_id and self.process.alive:
             with contextlib.suppress(AgentDied, TimeoutError, acp.RequestError):
@@ -502,9 +501,7 @@ class RunExecution:
     async def _apply_approval(self, control: Control) -> None:
         entry = self.approvals.get(control.target_id)
         if entry is None or entry[0].done():
-            await sync_to_async(_mark_control)(
-                control.pk, "expired", "The approval request is no longer open."
-            )
+            await sync_to_async(_record)(control.pk, "expired", "The approval request is no longer open.")
             return
         future, _ = entry
         option_id = control.payload["option_id"]
@@ -517,7 +514,7 @@ class RunExecution:
                 ),
                 *self._status_after_answer(exclude_approval=control.target_id),
             ],
-            also=lambda: _mark_control(control.pk, "accepted", "Answer delivered."),
+            also=lambda: _record(control.pk, "accepted", "Answer delivered."),
             **self._status_updates(exclude_approval=control.target_id),
         )
         del self.approvals[control.target_id]
@@ -530,7 +527,7 @@ class RunExecution:
     async def _apply_clarify(self, control: Control) -> None:
         future = self.clarifications.get(control.target_id)
         if future is None or future.done():
-            await sync_to_async(_mark_control)(control.pk, "expired", "The question is no longer open.")
+            await sync_to_async(_record)(control.pk, "expired", "The question is no longer open.")
             return
         content = control.payload.get("content") or {}
         await self.writer.flush(
@@ -541,7 +538,7 @@ class RunExecution:
                 ),
                 *self._status_after_answer(exclude_clarify=control.target_id),
             ],
-            also=lambda: _mark_control(control.pk, "accepted", "Answer delivered."),
+            also=lambda: _record(control.pk, "accepted", "Answer delivered."),
             **self._status_updates(exclude_clarify=control.target_id),
         )
         del self.clarifications[control.target_id]
@@ -576,12 +573,12 @@ class RunExecution:
                 return
         steer = (self.process.capabilities.get("steer") if self.process else None) or False
         if not steer or self.process is None or not self.agent_session_id:
-            await sync_to_async(_steer_failed)(
+            await sync_to_async(intents.do_steer_failed)(
                 control.pk, intent_id, "The agent cannot take steer guidance right now."
             )
             return
         if self.cancel_requested.is_set():
-            await sync_to_async(_steer_failed)(control.pk, intent_id, "The run is being cancelled.")
+            await sync_to_async(intents.do_steer_failed)(control.pk, intent_id, "The run is being cancelled.")
             return
         if self.turn_over:
             # A `/steer` now would reach an idle session, which runs it as an untracked
@@ -603,7 +600,7 @@ class RunExecution:
         finally:
             self.steers_in_flight -= 1
         if outcome != "delivered":
-            await sync_to_async(_steer_failed)(control.pk, intent_id, outcome)
+            await sync_to_async(intents.do_steer_failed)(control.pk, intent_id, outcome)
             return
         await self.writer.flush(
             [
@@ -611,7 +608,7 @@ class RunExecution:
                     EventType.STEER_DELIVERED, {"intent_id": intent_id, "text": text, "state": "delivered"}
                 )
             ],
-            also=lambda: _steer_delivered(control.pk, intent_id),
+            also=lambda: intents.do_steer_delivered(control.pk, intent_id),
         )
 
     async def _steer_by_extension(self, text: str) -> str:
@@ -711,40 +708,5 @@ def _store_session_meta(session_id: int, title: str | None, commands: list[dict[
     notify.publish_session_changed(session_id)
 
 
-def _mark_control(control_id: int, result: str, message: str) -> None:
-    state = ControlState.APPLIED if result == "accepted" else ControlState.REJECTED
-    Control.objects.filter(pk=control_id).update(
-        state=state, result=result, message=message, applied_at=timezone.now()
-    )
-
-
-def _steer_delivered(control_id: int, intent_id: int) -> None:
-    _mark_control(control_id, "accepted", "Steer delivered to the agent.")
-    intent = PendingIntent.objects.get(pk=intent_id)
-    PendingIntent.objects.filter(pk=intent_id).update(
-        state=IntentState.DELIVERED, version=intent.version + 1, updated_at=timezone.now()
-    )
-    session_id = intent.session_id
-    transaction.on_commit(lambda: notify.publish_session_changed(session_id))
-
-
-def _steer_failed(control_id: int, intent_id: int, reason: str) -> None:
-    """A failed steer falls back to the queue, its text kept and the reason shown."""
-    from runs.services import lock_session
-
-    with transaction.atomic():
-        intent = PendingIntent.objects.get(pk=intent_id)
-        lock_session(intent.session_id)
-        _mark_control(control_id, "conflict", reason)
-        intent.refresh_from_db()
-        if intent.state == IntentState.WAITING and intent.kind == IntentKind.STEER:
-            intent.kind = IntentKind.QUEUE
-            intent.reason = f"{reason} It stays queued for the next turn."
-            intent.source_meta = {**intent.source_meta, "steer_failed": reason}
-            intent.version += 1
-            intent.save()
-        session_id = intent.session_id
-        transaction.on_commit(lambda: notify.publish_session_changed(session_id))
-
-
-__all__ = ["RunAborted", "RunExecution", "journal"]
+def _record(control_id: int, result: str, message: str) -> None:
+    Control.objects.filter(pk=control_id).record(result, message)

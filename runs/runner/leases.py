@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from projects.models import Project, Session
 from runs.models import Run, Runner, RunStatus
-from runs.services import do_mark_interrupted
+from runs.turns import do_mark_interrupted
 
 if TYPE_CHECKING:
     import psycopg

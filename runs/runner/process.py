@@ -37,7 +37,7 @@ from runs.runner.execution import Claimed, RunExecution, aclaim_and_start, claim
 from runs.runner.jobs import JobLoop
 from runs.runner.translate import Translator
 from runs.runner.writer import group_commit
-from runs.services import do_mark_interrupted
+from runs.turns import do_mark_interrupted
 
 log = logging.getLogger(__name__)
 

@@ -37,7 +37,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 
-from runs import journal, notify, services
+from runs import journal, notify, turns
 from runs.journal import NewEvent
 from runs.models import EventType, JournalEvent
 from runs.runner.connections import LoopConnection, Retrying, revive, revived
@@ -219,7 +219,7 @@ class JournalWriter:
         async with self._lock:
             self.closed = True
             batch = self._take() + list(final)
-            finish_run = sync_to_async(revived(services.finish_run))
+            finish_run = sync_to_async(revived(turns.finish_run))
 
             async def write() -> AppendResult:
                 return await finish_run(self.run_id, batch, **run_updates), 0, False  # published on commit

@@ -24,9 +24,9 @@ from django.test import Client
 
 from intents.models import PendingIntent
 from projects.models import Session
-from runs.journal import apply_event, materialize
 from runs.models import JournalEvent, Run, RunStatus
 from runs.services import SubmitResult, do_submit_message
+from runs.transcript import apply_event, materialize
 from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import wait_event
 

@@ -6,9 +6,10 @@ import uuid
 from typing import Any
 
 from projects.models import Session
-from runs.journal import materialize
+from runs import journal
 from runs.models import JournalEvent, Run
 from runs.services import SubmitResult, do_submit_message
+from runs.transcript import materialize
 from tests.support.procs import wait_for
 
 
@@ -69,3 +70,10 @@ def assert_journal_well_formed(run: Run) -> None:
     assert len(terminals) == 1 and terminals[0] is evs[-1], [e.type for e in evs]
     assert evs[-1].type == "done"
     assert refreshed(run).last_seq == len(evs)
+
+
+def append_event(
+    run_id: int, type: str, payload: dict[str, Any] | None = None, **run_updates: Any
+) -> JournalEvent:
+    """One event appended as the web's domain actions append (journal.append_batch)."""
+    return journal.append_batch(run_id, [journal.NewEvent(type, payload or {})], **run_updates)[0]

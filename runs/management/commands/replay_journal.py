@@ -9,8 +9,9 @@ import orjson
 from django.core.management.base import BaseCommand, CommandError
 
 from runs.export import item_markdown
-from runs.journal import CursorAhead, CursorExpired, materialize, read_after
+from runs.journal import CursorAhead, CursorExpired, read_after
 from runs.models import JournalEvent, Run
+from runs.transcript import materialize
 
 
 class Command(BaseCommand):
