@@ -171,8 +171,8 @@ class StillSignedIn:
     there and unexpired, and the user is active with that same password hash, get_user would
     say the same again: Django never moves a session key to another user (signing in cycles
     the key), signing out deletes the row, and a new password changes the hash. As SQL the
-    check rides in the statement that writes (runs.services' guard): a submit over the socket
-    needs no read of its own, where get_user's two were ~1.9 ms (bench/README.md, round six).
+    check rides in the statement that writes (runs.services' guard), so a submit over the
+    socket needs no read of its own; tests/test_live_auth.py holds it to get_user's answers.
     """
 
     session_key: str

@@ -159,7 +159,9 @@ def _submit(
     if not text.strip():
         raise SubmitRefused("empty_message", "A message needs some text.")
     if _fast_new_turn_applies():
-        run = _new_turn_postgres(session_id, viewer, client_id, text, attachments, source, source_meta, guard)
+        run = new_turn_in_one_statement(
+            session_id, viewer, client_id, text, attachments, source, source_meta, guard
+        )
         if run is not None:  # its statement rang the runners
             notify.publish_session_changed(session_id)
             return SubmitResult("run", run, None, run.status, duplicate=False)
@@ -217,9 +219,8 @@ def _submit(
 def _client_id_claims(session_id: int, client_id: str) -> dict[str, int]:
     """In one read: the intent and the run `client_id` already made here, and the active run.
 
-    Keys "intent", "mine", "active", each present only when there is one. A submit is on
-    the way to every first token: as two ORM reads this was ~2 ms more (bench/README.md,
-    round five).
+    Keys "intent", "mine", "active", each present only when there is one. One read, not
+    two: a submit is on the way to every first token.
     """
     with connection.cursor() as cursor:
         cursor.execute(
@@ -248,7 +249,7 @@ def _fast_new_turn_applies() -> bool:
     return connection.vendor == "postgresql" and not connection.in_atomic_block
 
 
-def _new_turn_postgres(
+def new_turn_in_one_statement(
     session_id: int,
     viewer: Any | None,
     client_id: str,
@@ -260,13 +261,15 @@ def _new_turn_postgres(
 ) -> Run | None:
     """The common submit, a new turn of an idle session, as one statement that commits alone.
 
+    A fast path that states the full path's rule again in SQL: it pays about a fifth of the
+    first token's added time (bench/README.md), and tests/test_submit_fast_path.py holds it
+    to the full path's decision case by case.
+
     None when it is not that case (not visible, archived, a repeated client id, a run
     active, the guard failed), or when a concurrent submit won a constraint: the caller
     then takes the full path, which decides under the session's lock and answers every
     case. The statement needs no lock to be safe: `one_active_run_per_session` and the
-    client-id constraint refuse whatever a concurrent decision would have made wrong. As a
-    transaction of five statements this was ~3 ms of every first token here
-    (bench/README.md, round six).
+    client-id constraint refuse whatever a concurrent decision would have made wrong.
     """
     run = Run(
         session_id=session_id,

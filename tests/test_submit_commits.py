@@ -1,7 +1,7 @@
 """Submitting a message as a statement of its own (no caller transaction): the API's case.
 
 On PostgreSQL a new turn of an idle session is one statement that commits alone
-(runs.services._new_turn_postgres); every other case takes the full path under the
+(runs.services.new_turn_in_one_statement); every other case takes the full path under the
 session's lock. These tests run with real commits, so both paths and their races are
 exercised as the API meets them.
 """
