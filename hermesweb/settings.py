@@ -9,14 +9,24 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from hermesweb.agents import load_agents
-from hermesweb.env import env_bool, env_float, env_int, env_list, env_roots, env_str
-from hermesweb.pgcheck import check_pooled
+from hermesweb.env import (
+    check_data_dir_outside_roots,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_origins,
+    env_roots,
+    env_str,
+)
+from runs.agents import load_agents
+from runs.pgcheck import check_pooled
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -47,6 +57,16 @@ SECRET_KEY = _secret_key()
 
 ALLOWED_HOSTS = env_list("HERMESWEB_ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("HERMESWEB_CSRF_TRUSTED_ORIGINS", [])
+# Origins besides the request's own that may open a WebSocket (hermesweb/origins.py).
+HERMESWEB_ALLOWED_ORIGINS = env_origins("HERMESWEB_ALLOWED_ORIGINS")
+if not DEBUG:
+    # `*` turns the Host and socket origin checks off: a development convenience only.
+    for _name, _values in (
+        ("HERMESWEB_ALLOWED_HOSTS", ALLOWED_HOSTS),
+        ("HERMESWEB_ALLOWED_ORIGINS", HERMESWEB_ALLOWED_ORIGINS),
+    ):
+        if "*" in _values:
+            raise ImproperlyConfigured(f"{_name} may not contain '*' unless DEBUG is on")
 
 INSTALLED_APPS = [
     "daphne",
@@ -57,6 +77,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "hermesweb",
     "projects",
     "runs",
@@ -73,6 +94,8 @@ MIDDLEWARE = [
     "hermesweb.middleware.AuthenticationMiddleware",
     "hermesweb.middleware.MessageMiddleware",
     "hermesweb.middleware.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it answers a locked-out sign-in with 429.
+    "hermesweb.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "hermesweb.urls"
@@ -152,6 +175,20 @@ else:
     # which holds the truth anyway (docs/live-delivery.md).
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
+# Password guessing on /login/ and /admin/login/ (django-axes): past the limit of failures for
+# one username, or from one address, sign-ins are refused (429) until the cool-off ends.
+# Tokens and existing sessions are never throttled; the admin lists attempts and lockouts.
+AUTHENTICATION_BACKENDS = [
+    "hermesweb.auth.LoginThrottleBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("HERMESWEB_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_float("HERMESWEB_LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+# axes looks for its middleware by name; ours is the same class declared sync-only.
+SILENCED_SYSTEM_CHECKS = ["axes.W002"]
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -175,6 +212,8 @@ STATIC_ROOT = DATA_DIR / "static"
 # Product settings.
 (DATA_DIR / "projects").mkdir(exist_ok=True)
 HERMESWEB_ALLOWED_ROOTS = env_roots("HERMESWEB_ALLOWED_ROOTS", [DATA_DIR / "projects"])
+# The default root lies inside the data directory; the other way round a project could hold it.
+check_data_dir_outside_roots(DATA_DIR, HERMESWEB_ALLOWED_ROOTS)
 HERMESWEB_AGENTS = load_agents(DATA_DIR)
 HERMESWEB_DEFAULT_AGENT = env_str("HERMESWEB_DEFAULT_AGENT", "demo")
 if HERMESWEB_DEFAULT_AGENT not in HERMESWEB_AGENTS:
@@ -207,11 +246,21 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env_str("HERMESWEB_LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    # axes: failures and lockouts are warnings; its per-login and start-up lines are not kept.
+    "loggers": {"django.channels.server": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }
 
 if not DEBUG and not EMBEDDED:
     SESSION_COOKIE_SECURE = env_bool("HERMESWEB_SECURE_COOKIES", True)
     CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+
+# Served over TLS, usually by a proxy in front of daphne (docs/security.md, "Deploying behind
+# TLS"): the proxy must set X-Forwarded-Proto itself, overwriting what a client sent.
+HERMESWEB_HTTPS = env_bool("HERMESWEB_HTTPS", False)
+if HERMESWEB_HTTPS:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = env_int("HERMESWEB_HSTS_SECONDS", 31_536_000, minimum=0)
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
 
 os.environ.setdefault("HERMESWEB_DATA_DIR", str(DATA_DIR))

@@ -20,10 +20,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
-from hermesweb.markdown import render_markdown
 from projects.api import with_active_run
 from projects.models import Project, Session
 from projects.schemas import ProjectOut, SessionOut, WorkflowOut
+from runs.markdown import render_markdown
 from runs.models import TERMINAL_STATUSES, JournalEvent, Run
 from runs.transcript import materialize
 

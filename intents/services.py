@@ -19,6 +19,7 @@ from django.utils import timezone
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
 from runs import notify
+from runs.agents import detected_steer
 from runs.models import Control, ControlKind, Run, Runner, RunSource, RunStatus
 
 
@@ -73,6 +74,8 @@ def steer_support(session: Session) -> tuple[bool, str]:
         return True, ""
     if agent.steer == "none":
         return False, f"Agent {agent.name!r} cannot take steer guidance."
+    if detected_steer(None, {}, [c.get("name") for c in session.commands or []]) != "none":
+        return True, ""  # the session's agent advertised a `steer` command
     for caps in Runner.objects.alive().values_list("agent_capabilities", flat=True):
         if (caps or {}).get(agent.name, {}).get("steer"):
             return True, ""

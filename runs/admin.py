@@ -28,8 +28,8 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from hermesweb.admin import ReadOnlyMixin
-from hermesweb.markdown import render_markdown
 from runs.export import item_markdown
+from runs.markdown import render_markdown
 from runs.models import AgentJob, Control, JournalEvent, Run, Runner, RunStatus
 from runs.transcript import materialize
 from runs.turns import do_mark_interrupted

@@ -1,10 +1,10 @@
-"""hermesweb.markdown: agent markdown becomes HTML that cannot run anything."""
+"""runs.markdown: agent markdown becomes HTML that cannot run anything."""
 
 from __future__ import annotations
 
 import pytest
 
-from hermesweb.markdown import render_markdown, sanitize
+from runs.markdown import render_markdown, sanitize
 
 
 def test_it_renders_the_usual_markdown() -> None:

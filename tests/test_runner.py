@@ -288,7 +288,7 @@ def test_two_runners_never_execute_the_same_run_nor_two_runs_of_one_session(
 def test_steer_reaches_an_agent_that_advertises_the_session_steering_extension(
     runners: list[Proc], logs: Path, db: None, settings: Any
 ) -> None:
-    from hermesweb.agents import load_agents
+    from runs.agents import load_agents
 
     env = {"HERMESWEB_DEMO_STEER": "extension", "HERMESWEB_DEMO_DELAY": "0.005"}
     with pytest.MonkeyPatch.context() as mp:

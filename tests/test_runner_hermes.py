@@ -45,7 +45,7 @@ def runner(runners: list[Proc], logs: Path, agents_env: dict[str, str]) -> Proc:
 @pytest.fixture
 def session(db: None, settings: Any, hermes_agent_config: AgentConfig) -> Any:
     # The web side validates agent names against its own registry.
-    from hermesweb.agents import _spec
+    from runs.agents import _spec
 
     settings.HERMESWEB_AGENTS = {
         **settings.HERMESWEB_AGENTS,

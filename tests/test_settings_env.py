@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from hermesweb.agents import load_agents
 from hermesweb.env import env_bool, env_float, env_int, env_list, env_roots, env_str
+from runs.agents import load_agents
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,8 +48,9 @@ def test_env_float_and_int_parse_and_enforce_their_minimum() -> None:
         env_int("I", 3, minimum=1, environ={"I": "0"})
 
 
-def test_env_list_splits_on_commas_and_the_path_separator() -> None:
-    assert env_list("L", [], environ={"L": f"a, b{os.pathsep}c,,"}) == ["a", "b", "c"]
+def test_env_list_splits_on_commas_only() -> None:
+    # `:` is part of origins and IPv6 hosts: splitting on it broke `https://…` and `[::1]`.
+    assert env_list("L", [], environ={"L": "a, https://h:8443,,[::1]"}) == ["a", "https://h:8443", "[::1]"]
     assert env_list("L", ["d"], environ={}) == ["d"]
     assert env_str("S", "x", environ={}) == "x"
 

@@ -21,8 +21,9 @@ import acp
 from acp import schema
 from django.conf import settings
 
-from hermesweb.agents import AgentSpec
+from runs.agents import AgentSpec, detected_steer
 from runs.runner.stdio import spawn_agent
+from runs.runner.translate import as_dict
 
 log = logging.getLogger(__name__)
 
@@ -164,12 +165,7 @@ class AgentProcess:
         meta = data.get("_meta") or {}
         steer = self.spec.steer
         if steer == "auto":
-            if meta.get("steer") == "slash":
-                steer = "slash"
-            elif "_session/steering" in meta or "session/steering" in meta:
-                steer = "extension"
-            else:
-                steer = "none"
+            steer = detected_steer((data.get("agentInfo") or {}).get("name"), meta)
         caps = data.get("agentCapabilities", {})
         return {
             "agent_info": data.get("agentInfo", {}),
@@ -198,6 +194,10 @@ class AgentProcess:
         if kind == "available_commands_update":
             # Often sent during session/new or load, before any run listens: keep the latest.
             self.commands[session_id] = update
+            if self.spec.steer == "auto" and not self.capabilities.get("steer"):
+                names = [c.get("name") for c in as_dict(update).get("availableCommands", [])]
+                steer = detected_steer(None, {}, names)
+                self.capabilities["steer"] = steer if steer != "none" else False
         if session_id in self.loading:
             return  # history replay of session/load: the journal already has it
         sink = self.sinks.get(session_id)

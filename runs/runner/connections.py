@@ -27,7 +27,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from hermesweb.pgcheck import server_closed
+from runs.pgcheck import server_closed
 
 log = logging.getLogger(__name__)
 

@@ -97,6 +97,9 @@ class Translator:
         self.reasoning_index = 0
         self.message_index = 0
         self.last_message_id: str | None = None
+        # The segment id given to text from an agent that sends no messageId (Hermes):
+        # consecutive chunks share it until any other kind of update arrives.
+        self.unnamed_message: str | None = None
         self.title: str | None = None
         self.commands: list[dict[str, Any]] | None = None
         self.usage: dict[str, Any] = {}
@@ -111,6 +114,8 @@ class Translator:
     def translate(self, update: Any) -> list[NewEvent]:
         data = as_dict(update)
         kind = data.get("sessionUpdate")
+        if kind != "agent_message_chunk":
+            self._break_message()
         handler = getattr(self, f"_on_{kind}", None)
         if handler is None:
             return []  # user_message_chunk (replays), mode/config updates: nothing to journal
@@ -121,8 +126,9 @@ class Translator:
         events = self._close_reasoning()
         message_id = data.get("messageId")
         if message_id is None:
-            # Agents without message ids: a new segment starts after anything but text.
-            message_id = f"m{self.message_index}"
+            if self.unnamed_message is None:
+                self.unnamed_message = f"m{self.message_index}"
+            message_id = self.unnamed_message
         if message_id != self.last_message_id:
             self.last_message_id = message_id
             self.message_index += 1
@@ -137,7 +143,8 @@ class Translator:
         return events
 
     def _break_message(self) -> None:
-        if self.last_message_id is not None and self.last_message_id.startswith("m"):
+        if self.unnamed_message is not None:
+            self.unnamed_message = None
             self.last_message_id = None
 
     def _on_agent_thought_chunk(self, data: dict[str, Any]) -> list[NewEvent]:
@@ -147,7 +154,6 @@ class Translator:
         if not self.reasoning_open:
             self.reasoning_open = True
             self.reasoning_index += 1
-        self._break_message()
         return [
             NewEvent(EventType.REASONING_DELTA, {"reasoning_id": f"r{self.reasoning_index}", "delta": text})
         ]
@@ -163,7 +169,6 @@ class Translator:
 
     def _on_tool_call(self, data: dict[str, Any]) -> list[NewEvent]:
         events = self._close_reasoning()
-        self._break_message()
         payload = self._tool_payload(data)
         payload.setdefault("status", "pending")
         tool_id = payload["tool_call_id"]
@@ -187,7 +192,6 @@ class Translator:
 
     def _on_tool_call_update(self, data: dict[str, Any]) -> list[NewEvent]:
         events = self._close_reasoning()
-        self._break_message()
         payload = self._tool_payload(data)
         tool_id = payload["tool_call_id"]
         if tool_id not in self.open_tools:

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
-from hermesweb.agents import AgentSpec
+from runs.agents import AgentSpec
 
 
 class Command(BaseCommand):

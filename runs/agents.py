@@ -11,6 +11,7 @@ import os
 import shutil
 import sys
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,13 +29,31 @@ class AgentSpec:
     # stores per-turn usage as the difference when this is set.
     cumulative_usage: bool = False
     # How steer reaches the agent: "slash" (a `/steer text` prompt mid-turn),
-    # "extension" (`_session/steering`), "auto" (detect from initialize), "none".
+    # "extension" (`_session/steering`), "auto" (detected: detected_steer), "none".
     steer: str = "auto"
 
     def resolved_command(self) -> str | None:
         if os.path.isabs(self.command):
             return self.command if os.access(self.command, os.X_OK) else None
         return shutil.which(self.command)
+
+
+# Agents that take `/steer <text>` mid-turn though their initialize does not say so.
+SLASH_STEER_AGENTS = frozenset({"hermes-agent"})
+
+
+def detected_steer(agent_name: str | None, meta: dict[str, Any], command_names: Iterable[str] = ()) -> str:
+    """How an agent configured with `steer = "auto"` takes steer, from what it told us (docs/agents.md).
+
+    The signals: initialize's `_meta` (`steer: "slash"`, or a `session/steering` extension),
+    `agentInfo.name` (Hermes names itself `hermes-agent`), and a `steer` command among the
+    session's `available_commands_update`. "none" when none of them says so.
+    """
+    if meta.get("steer") == "slash" or agent_name in SLASH_STEER_AGENTS or "steer" in set(command_names):
+        return "slash"
+    if "_session/steering" in meta or "session/steering" in meta:
+        return "extension"
+    return "none"
 
 
 def builtin_agents(data_dir: Path) -> dict[str, dict[str, Any]]:
