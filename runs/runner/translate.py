@@ -26,9 +26,8 @@ def as_dict(update: Any) -> dict[str, Any]:
     """An ACP model as the JSON the agent sent (camelCase keys, no nulls)."""
     if isinstance(update, dict):
         return update
-    # Text chunks are nearly every update of a turn, and model_dump cost more than the rest
-    # of their handling (a fifth of a busy runner's loop, bench/README.md): build the same
-    # dict by hand when the chunk is plain text, as model_dump would return it.
+    # Text chunks are nearly every update of a turn, and model_dump cost more than all the
+    # rest of their handling: build the same dict by hand when the chunk is plain text.
     kind = getattr(update, "session_update", None)
     if kind in _TEXT_CHUNKS and update.field_meta is None:
         content = update.content
@@ -44,7 +43,8 @@ def as_dict(update: Any) -> dict[str, Any]:
     return update.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def _text_of(content: Any) -> str:
+def text_of(content: Any) -> str:
+    """The text of an ACP content block (a resource link's URI), or of a list of them."""
     if isinstance(content, dict):
         if content.get("type") == "text":
             return content.get("text", "")
@@ -52,7 +52,7 @@ def _text_of(content: Any) -> str:
             return content.get("uri", "")
         return ""
     if isinstance(content, list):
-        return "".join(_text_of(c) for c in content)
+        return "".join(text_of(c) for c in content)
     return ""
 
 
@@ -62,7 +62,7 @@ def _tool_content(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for item in items or []:
         kind = item.get("type")
         if kind == "content":
-            text = _text_of(item.get("content"))
+            text = text_of(item.get("content"))
             if len(text) > MAX_TOOL_TEXT:
                 text = text[:MAX_TOOL_TEXT] + f"\n… [{len(text) - MAX_TOOL_TEXT} characters truncated]"
             out.append({"type": "text", "text": text})
@@ -88,6 +88,17 @@ _TOOL_FIELDS = (
     ("rawOutput", "output"),
     ("locations", "locations"),
 )
+
+
+def tool_payload(data: dict[str, Any]) -> dict[str, Any]:
+    """A tool call's fields as the journal keeps them (its content trimmed to text, diffs, terminals)."""
+    payload: dict[str, Any] = {"tool_call_id": data.get("toolCallId", "")}
+    for source, target in _TOOL_FIELDS:
+        if data.get(source) is not None:
+            payload[target] = data[source]
+    if data.get("content") is not None:
+        payload["content"] = _tool_content(data["content"])
+    return payload
 
 
 class Translator:
@@ -122,7 +133,7 @@ class Translator:
         return handler(data)
 
     def _on_agent_message_chunk(self, data: dict[str, Any]) -> list[NewEvent]:
-        text = _text_of(data.get("content"))
+        text = text_of(data.get("content"))
         events = self._close_reasoning()
         message_id = data.get("messageId")
         if message_id is None:
@@ -148,7 +159,7 @@ class Translator:
             self.last_message_id = None
 
     def _on_agent_thought_chunk(self, data: dict[str, Any]) -> list[NewEvent]:
-        text = _text_of(data.get("content"))
+        text = text_of(data.get("content"))
         if not text:
             return []
         if not self.reasoning_open:
@@ -158,18 +169,9 @@ class Translator:
             NewEvent(EventType.REASONING_DELTA, {"reasoning_id": f"r{self.reasoning_index}", "delta": text})
         ]
 
-    def _tool_payload(self, data: dict[str, Any]) -> dict[str, Any]:
-        payload: dict[str, Any] = {"tool_call_id": data.get("toolCallId", "")}
-        for source, target in _TOOL_FIELDS:
-            if data.get(source) is not None:
-                payload[target] = data[source]
-        if data.get("content") is not None:
-            payload["content"] = _tool_content(data["content"])
-        return payload
-
     def _on_tool_call(self, data: dict[str, Any]) -> list[NewEvent]:
         events = self._close_reasoning()
-        payload = self._tool_payload(data)
+        payload = tool_payload(data)
         payload.setdefault("status", "pending")
         tool_id = payload["tool_call_id"]
         if tool_id in self.open_tools:
@@ -192,7 +194,7 @@ class Translator:
 
     def _on_tool_call_update(self, data: dict[str, Any]) -> list[NewEvent]:
         events = self._close_reasoning()
-        payload = self._tool_payload(data)
+        payload = tool_payload(data)
         tool_id = payload["tool_call_id"]
         if tool_id not in self.open_tools:
             # An update for a call we never saw start (or already closed): open it so the card exists.
@@ -257,6 +259,13 @@ def per_turn_usage(
     """Per-turn token usage; for agents reporting a running session total, the difference."""
     usage = dict(response_usage or {})
     if not cumulative or not previous_total:
+        return usage
+    if any(
+        isinstance(value, (int, float)) and isinstance(previous_total.get(key), (int, float))
+        and value < previous_total[key]
+        for key, value in usage.items()
+    ):  # fmt: skip
+        # A total below the last one restarted with a fresh agent process (after session/load).
         return usage
     turn: dict[str, Any] = {}
     for key, value in usage.items():
