@@ -13,17 +13,18 @@ from hermesweb.handlers import OneHopASGIHandler  # noqa: E402
 django_asgi_app = OneHopASGIHandler()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from channels.sessions import CookieMiddleware  # noqa: E402
 
 from hermesweb.auth import SocketSessionMiddleware  # noqa: E402
-from runs.routing import websocket_urlpatterns  # noqa: E402
+from hermesweb.origins import SameOriginValidator  # noqa: E402
+from runs.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        # The origin check stops another site's page from riding the user's session cookie.
-        "websocket": AllowedHostsOriginValidator(
+        # The origin check (scheme, host and port) stops another site's page, or another port's,
+        # from riding the user's session cookie.
+        "websocket": SameOriginValidator(
             CookieMiddleware(SocketSessionMiddleware(URLRouter(websocket_urlpatterns)))
         ),
     }

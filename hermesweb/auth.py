@@ -16,6 +16,7 @@ from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 
+from axes.backends import AxesStandaloneBackend
 from channels.auth import get_user
 from django.conf import settings
 from django.contrib.auth import get_user as auth_get_user
@@ -28,6 +29,22 @@ from ninja.utils import check_csrf
 
 from hermesweb.errors import MAX_ID, ApiError, error_body, not_found
 from hermesweb.models import ApiToken
+
+
+class LoginThrottleBackend(AxesStandaloneBackend):
+    """django-axes' lockout check (docs/security.md), for sign-ins that come over HTTP.
+
+    `authenticate()` without a request comes from code the operator runs (a shell, the test
+    client's `login()`), not from a guesser on the network: axes would refuse it outright.
+    """
+
+    def authenticate(  # type: ignore[override]
+        self, request: HttpRequest | None, username: str | None = None, password: str | None = None, **kw: Any
+    ) -> None:
+        if request is None:
+            return None
+        return super().authenticate(request, username, password, **kw)
+
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 # Beyond this a value cannot be one of our tokens; skip hashing junk.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -61,10 +62,44 @@ def env_int(name: str, default: int, *, minimum: int = 0, environ: Mapping[str, 
 
 
 def env_list(name: str, default: list[str], environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Comma-separated items. Only commas: `:` belongs to origins (`https://h:8443`) and `[::1]`."""
     raw = environ.get(name)
     if raw is None:
         return default
-    return [item.strip() for item in raw.replace(os.pathsep, ",").split(",") if item.strip()]
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+# A web origin: (scheme, lower-case host without brackets, port with the scheme's default filled in).
+Origin = tuple[str, str, int]
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def parse_origin(value: str) -> Origin | None:
+    """`scheme://host[:port]` as a comparable triple, or None for anything else (paths, `null`)."""
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    if (
+        parts.scheme not in _DEFAULT_PORTS
+        or not parts.hostname
+        or "@" in parts.netloc
+        or parts.path
+        or parts.query
+        or parts.fragment
+    ):
+        return None
+    return parts.scheme, parts.hostname, port or _DEFAULT_PORTS[parts.scheme]
+
+
+def env_origins(name: str, environ: Mapping[str, str] = os.environ) -> list[str]:
+    """Comma-separated full origins (`https://host[:port]`), or `*`; anything else is refused."""
+    origins = env_list(name, [], environ)
+    for origin in origins:
+        if origin != "*" and parse_origin(origin) is None:
+            raise ImproperlyConfigured(f"{name}: {origin!r} is not an origin like https://host[:port]")
+    return origins
 
 
 def env_roots(name: str, default: list[Path], environ: Mapping[str, str] = os.environ) -> list[Path]:
@@ -81,3 +116,15 @@ def env_roots(name: str, default: list[Path], environ: Mapping[str, str] = os.en
             raise ImproperlyConfigured(f"{name}: {str(path)!r} is not an existing directory")
         roots.append(path.resolve())
     return roots
+
+
+def check_data_dir_outside_roots(data_dir: Path, roots: list[Path]) -> None:
+    """ImproperlyConfigured when the data directory (database, secret key, initial password) lies
+    inside an allowed project root, where a project's agent would see it."""
+    data = data_dir.resolve()
+    for root in roots:
+        if data == root or data.is_relative_to(root):
+            raise ImproperlyConfigured(
+                f"HERMESWEB_DATA_DIR ({data}) must not lie inside an allowed root of "
+                f"HERMESWEB_ALLOWED_ROOTS ({root}): a project there could read the database and keys"
+            )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from axes import middleware as axes
 from django.contrib.auth import middleware as auth
 from django.contrib.messages import middleware as messages
 from django.contrib.sessions import middleware as sessions
@@ -29,3 +30,5 @@ CsrfViewMiddleware = _sync_only(csrf.CsrfViewMiddleware)
 AuthenticationMiddleware = _sync_only(auth.AuthenticationMiddleware)
 MessageMiddleware = _sync_only(messages.MessageMiddleware)
 XFrameOptionsMiddleware = _sync_only(clickjacking.XFrameOptionsMiddleware)
+# Turns a sign-in django-axes refused into its 429 lockout page (settings: AXES_*).
+AxesMiddleware = _sync_only(axes.AxesMiddleware)

@@ -25,6 +25,7 @@ from hermesweb.env import (
     env_roots,
     env_str,
 )
+from hermesweb.private_files import create_private_file, restrict
 from runs.agents import load_agents
 from runs.pgcheck import check_pooled
 
@@ -45,10 +46,11 @@ def _secret_key() -> str:
         return configured
     if EMBEDDED or DEBUG:
         # The embedded default generates a key once and keeps it, so sessions survive restarts.
+        # Created owner-only and whole; a process starting at the same time keeps the first one.
         key_file = DATA_DIR / "secret_key"
         if not key_file.exists():
-            key_file.write_text(secrets.token_urlsafe(50))
-            key_file.chmod(0o600)
+            create_private_file(key_file, secrets.token_urlsafe(50))
+        restrict(key_file)
         return key_file.read_text().strip()
     raise ImproperlyConfigured("SECRET_KEY must be set when DATABASE_URL is set and DEBUG is off")
 
@@ -232,6 +234,8 @@ HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, mi
 # A page costs ~6 ms of request handling whatever its size: 1,000 events a page held the polling
 # API to ~75k events/s, 5,000 (~1.2 MB of JSON) reaches ~110k (bench/README.md, replay).
 HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 5000, minimum=1)
+# Open (waiting) intents per session; a submit past it answers 422 `queue_full`.
+HERMESWEB_MAX_QUEUED_INTENTS = env_int("HERMESWEB_MAX_QUEUED_INTENTS", 50, minimum=1)
 # Live delivery (docs/live-delivery.md): the embedded default tails the database at
 # LIVE_POLL; with Redis a slower safety poll repairs anything a lost notification hid.
 HERMESWEB_LIVE_POLL_SECONDS = env_float("HERMESWEB_LIVE_POLL_SECONDS", 0.1, minimum=0.001)

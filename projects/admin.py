@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
@@ -14,6 +15,8 @@ from django.utils.safestring import SafeString
 from hermesweb.admin import ReadOnlyMixin, StaffViewMixin
 from intents.models import PendingIntent
 from projects.models import Project, Session, Workflow
+from projects.paths import PathRefused, validate_project_location, validate_project_path
+from projects.services import InvalidInput, clean_template
 from runs.models import Run
 
 
@@ -28,8 +31,32 @@ class WorkflowInline(admin.TabularInline):
     show_change_link = True
 
 
+class ProjectAdminForm(forms.ModelForm):
+    """The API's path rules in the admin too: a staff typo must not make a root a project."""
+
+    class Meta:
+        model = Project
+        fields = "__all__"  # the ModelAdmin chooses which of them it shows
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        raw, owner = cleaned.get("path"), cleaned.get("owner")
+        if raw:
+            try:
+                if owner is None:  # the owner field has its own error; check what needs no owner
+                    resolved = validate_project_path(raw)
+                else:
+                    resolved = validate_project_location(raw, owner_id=owner.pk, project_id=self.instance.pk)
+            except PathRefused as exc:
+                self.add_error("path", forms.ValidationError(exc.message, code=exc.code))
+            else:
+                cleaned["path"] = str(resolved)
+        return cleaned
+
+
 @admin.register(Project)
 class ProjectAdmin(StaffViewMixin, admin.ModelAdmin):
+    form = ProjectAdminForm
     list_display = ["name", "slug", "owner", "agent", "running_default", "path", "updated_at"]
     list_filter = ["agent", "running_default", "created_at"]
     search_fields = ["name", "slug", "path", "owner__username"]
@@ -38,8 +65,23 @@ class ProjectAdmin(StaffViewMixin, admin.ModelAdmin):
     inlines = [WorkflowInline]
 
 
+class WorkflowAdminForm(forms.ModelForm):
+    """The API's template rules in the admin too: a saved template is rendered at every launch."""
+
+    class Meta:
+        model = Workflow
+        fields = "__all__"  # the ModelAdmin chooses which of them it shows
+
+    def clean_prompt_template(self) -> str:
+        try:
+            return clean_template(self.cleaned_data["prompt_template"])
+        except InvalidInput as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from None
+
+
 @admin.register(Workflow)
 class WorkflowAdmin(StaffViewMixin, admin.ModelAdmin):
+    form = WorkflowAdminForm
     list_display = ["name", "project", "agent_mode", "agent_model", "updated_at"]
     list_filter = ["project"]
     search_fields = ["name", "description", "prompt_template", "project__name"]

@@ -13,6 +13,7 @@ from hermesweb.auth import get_visible
 from hermesweb.errors import ApiError
 from projects import services
 from projects.models import Project, Session, Workflow
+from projects.prompts import TemplateLimit
 from projects.schemas import (
     LaunchIn,
     ProjectIn,
@@ -65,7 +66,8 @@ def list_projects(request: HttpRequest) -> QuerySet[Project]:
 
 @router.post("/projects", response={201: ProjectOut}, tags=["projects"])
 def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
-    """Create a project. 422 `path_*` for a refused path, `unknown_agent` for an unconfigured agent."""
+    """Create a project. 422 `path_*` for a refused path, `unknown_agent` for an unconfigured agent;
+    409 `path_taken` for a path that equals, contains or sits inside another user's project."""
     project = services.do_create_project(request.auth, **payload.model_dump())
     return Status(201, project)
 
@@ -77,6 +79,7 @@ def get_project(request: HttpRequest, id: int) -> Project:
 
 @router.patch("/projects/{id}", response=ProjectOut, tags=["projects"])
 def update_project(request: HttpRequest, id: int, payload: ProjectPatch) -> Project:
+    """Change fields; a new path is validated as on create (422 `path_*`, 409 `path_taken`)."""
     project = get_visible(Project.objects, request.auth, id, "project")
     return services.do_update_project(project, **changes(payload))
 
@@ -128,7 +131,8 @@ def delete_workflow(request: HttpRequest, id: int) -> Status[None]:
 def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[SubmitOut]:
     """Render the template with `variables` and send it as a turn, in `session_id` or a new session.
 
-    422 `missing_variables` names the variables not given; 409 `session_archived`
+    422 `missing_variables` names the variables not given, `prompt_too_large` for a prompt past
+    projects.prompts.MAX_PROMPT_CHARS; 409 `session_archived`
     for an archived session. The answer has the shape of `POST /sessions/{id}/messages`.
     """
     workflow = get_visible(Workflow.objects.select_related("project"), request.auth, id, "workflow")
@@ -150,6 +154,8 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
         raise ApiError(
             422, "missing_variables", f"Missing variables: {missing}.", {"missing": names}
         ) from None
+    except TemplateLimit as exc:
+        raise ApiError(422, exc.code, exc.message) from None
     except ValueError as exc:
         raise ApiError(422, "invalid_template", f"The workflow's template cannot render: {exc}") from None
     except run_services.SubmitRefused as exc:

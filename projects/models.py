@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import re
 import string
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import models
 from django.utils import timezone
+
+from projects.prompts import render_template
 
 if TYPE_CHECKING:
     from runs.models import Run
@@ -53,9 +54,6 @@ class Project(models.Model):
         return self.name
 
 
-_FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
 class WorkflowQuerySet(models.QuerySet["Workflow"]):
     def visible_to(self, user: Any) -> WorkflowQuerySet:
         return self if user.is_staff else self.filter(project__owner=user)
@@ -88,15 +86,9 @@ class Workflow(models.Model):
         return names
 
     def render(self, variables: dict[str, str]) -> str:
-        """Substitute variables; raise KeyError naming missing ones, ValueError for a bad template."""
-        expected = self.variables()
-        for name in expected:
-            if not _FIELD.match(name):
-                raise ValueError(f"template field {name!r} is not a plain variable name")
-        missing = [name for name in expected if name not in variables]
-        if missing:
-            raise KeyError(", ".join(missing))
-        return self.prompt_template.format_map({k: str(v) for k, v in variables.items()})
+        """Substitute variables; raise KeyError naming missing ones, ValueError for a bad template
+        (projects.prompts.TemplateLimit, a ValueError, past a size limit)."""
+        return render_template(self.prompt_template, variables)
 
 
 class SessionStatus(models.TextChoices):

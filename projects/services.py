@@ -15,7 +15,8 @@ from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
 from projects.models import Project, RunningDefault, Session, SessionStatus, Workflow
-from projects.paths import PathRefused, validate_project_path
+from projects.paths import PathRefused, validate_project_location
+from projects.prompts import TemplateLimit
 
 _SLUG_MAX = 200
 _SLUG_ATTEMPTS = 5
@@ -32,18 +33,23 @@ class InvalidInput(ValueError):
 class Conflict(Exception):
     code = "conflict"
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, code: str | None = None) -> None:
         super().__init__(message)
         self.message = message
+        if code is not None:
+            self.code = code
 
 
 # ---------------------------------------------------------------- validation
 
 
-def clean_path(raw: str) -> str:
+def clean_path(raw: str, *, owner_id: Any, project_id: int | None = None) -> str:
+    """The resolved path under every rule of projects.paths: 422 `path_*`, or 409 `path_taken`."""
     try:
-        return str(validate_project_path(raw))
+        return str(validate_project_location(raw, owner_id=owner_id, project_id=project_id))
     except PathRefused as exc:
+        if exc.status == 409:
+            raise Conflict(exc.message, exc.code) from None
         raise InvalidInput(exc.code, exc.message, "path") from None
 
 
@@ -63,10 +69,13 @@ def clean_running_default(value: str) -> str:
 
 
 def clean_template(template: str) -> str:
-    """Refuse a template that could never render: unbalanced braces, fields that are not plain names."""
+    """Refuse a template that could never render: unbalanced braces, fields that are not plain names,
+    nested fields in a spec; 422 `template_spec_too_large` for a width or precision past the limit."""
     probe = Workflow(prompt_template=template)
     try:
         probe.render(dict.fromkeys(probe.variables(), ""))
+    except TemplateLimit as exc:
+        raise InvalidInput(exc.code, f"Invalid prompt template: {exc.message}", "prompt_template") from None
     except (KeyError, ValueError, IndexError, AttributeError, TypeError) as exc:
         message = exc.args[0] if exc.args else str(exc)
         raise InvalidInput(
@@ -100,13 +109,14 @@ def do_create_project(
 ) -> Project:
     """Create a project owned by `owner` with a slug unique among the owner's projects.
 
-    Preconditions: none; `path` must resolve to an existing directory inside
-    HERMESWEB_ALLOWED_ROOTS and `agent` must be configured (None → the default).
+    Preconditions: none; `path` must resolve to an existing directory strictly inside
+    HERMESWEB_ALLOWED_ROOTS, clear of other users' projects (projects.paths), and `agent`
+    must be configured (None → the default).
     A concurrent create that takes the same slug is retried with the next one.
     """
     fields = {
         "name": name,
-        "path": clean_path(path),
+        "path": clean_path(path, owner_id=owner.pk),
         "agent": clean_agent(agent),
         "running_default": clean_running_default(running_default),
     }
@@ -135,7 +145,7 @@ def do_update_project(
     if name is not None:
         project.name = name
     if path is not None:
-        project.path = clean_path(path)
+        project.path = clean_path(path, owner_id=project.owner_id, project_id=project.pk)
     if agent is not None:
         project.agent = clean_agent(agent)
     if running_default is not None:

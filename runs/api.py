@@ -69,7 +69,8 @@ def submit_message(request: HttpRequest, id: int, payload: MessageIn) -> Status[
     """Send a message: a new turn when the session is idle, else a queued or steering intent.
 
     The same `client_id` again returns the first answer with `duplicate: true`.
-    409 `session_archived` for an archived session.
+    409 `session_archived` for an archived session; 422 `queue_full` when the session already has
+    HERMESWEB_MAX_QUEUED_INTENTS open intents.
     """
     if not 1 <= id <= MAX_ID:
         raise not_found("session")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from functools import lru_cache
-from typing import Any
+from typing import Any, Protocol
 
 REDACTED = "[REDACTED]"
 
@@ -22,7 +22,42 @@ _SECRET_KEYS = {
 }  # fmt: skip
 _SECRET_SUFFIXES = ("apikey", "password", "secret", "accesstoken", "authtoken", "privatekey", "passphrase")
 
-_PATTERNS: list[tuple[re.Pattern[str], str | Any]] = [
+
+class _Substituter(Protocol):
+    def sub(self, repl: Any, string: str) -> str: ...
+
+
+class _PrivateKeyBlocks:
+    """PEM private key blocks, header to the first footer after it, found in linear time.
+
+    A lazy regex from header to footer rescanned to the end of the text from every header that
+    has no footer after it: quadratic in a text of headers. A header without a later
+    footer means no later header has one either, so the scan stops there.
+    """
+
+    _begin = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
+    _end = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
+
+    def sub(self, repl: str, string: str) -> str:
+        parts: list[str] = []
+        pos = 0
+        while (begin := self._begin.search(string, pos)) is not None:
+            end = self._end.search(string, begin.end())
+            if end is None:
+                break
+            parts += [string[pos : begin.start()], repl]
+            pos = end.end()
+        if not parts:
+            return string
+        parts.append(string[pos:])
+        return "".join(parts)
+
+
+# Every pattern runs in time linear in the text (tests/test_security_redaction.py feeds each
+# 1 MiB of adversarial input). Python's `re` backtracks, so no pattern may start with an
+# unbounded run that many start positions share (`\b[a-z.]*keyword` took 18 s on 16 KB of
+# "a."): matches are anchored on a literal, and what precedes it is left in place unmatched.
+_PATTERNS: list[tuple[_Substituter, str | Any]] = [
     # Authorization headers and bearer tokens.
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), lambda m: f"{m.group(1)} {REDACTED}"),
     # Well-known key shapes: OpenAI/Anthropic, GitHub, Slack, AWS, Google, Hugging Face, our own.
@@ -34,19 +69,22 @@ _PATTERNS: list[tuple[re.Pattern[str], str | Any]] = [
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), REDACTED),
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
     (re.compile(r"\bhw_[A-Za-z0-9_-]{30,}"), REDACTED),
-    (re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----"), REDACTED),
-    # key=value / key: value assignments of password-like names, in shell, env files, YAML, JSON text.
+    (_PrivateKeyBlocks(), REDACTED),
+    # key=value / key: value assignments of password-like names, in shell, env files, YAML, JSON
+    # text. The match starts at the keyword: a prefix (`OPENAI_` in `OPENAI_API_KEY=`) is kept as
+    # it is, never matched, which is what keeps the pattern linear.
     (
         re.compile(
-            r"(?i)(?P<key>\b[A-Za-z0-9_.-]*(?:api[_-]?key|password|passwd|secret|token|private[_-]?key)\b"
+            r"(?i)(?P<key>(?:api[_-]?key|password|passwd|secret|token|private[_-]?key)\b"
             r"[\"']?\s*[:=]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',;]{4,})"
         ),
         lambda m: f"{m.group('key')}{m.group('quote')}{REDACTED}",
     ),
-    # Credentials embedded in URLs: scheme://user:pass@host
+    # Credentials embedded in URLs: scheme://user:pass@host. Anchored on `://` after a scheme
+    # character, for the same reason: the scheme itself is left in place.
     (
-        re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://[^\s:/@]+:)[^\s@/]+@"),
-        lambda m: f"{m.group('scheme')}{REDACTED}@",
+        re.compile(r"(?<=[A-Za-z0-9+.-])(?P<head>://[^\s:/@]+:)[^\s@/]+@"),
+        lambda m: f"{m.group('head')}{REDACTED}@",
     ),
 ]
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
 
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from intents import services as intent_services
@@ -45,7 +46,7 @@ class SubmitRefused(Exception):
     @property
     def status(self) -> int:
         """As HTTP: the message itself is wrong (422), or the session's state forbids it (409)."""
-        return 422 if self.code in ("invalid_mode", "empty_message") else 409
+        return 422 if self.code in ("invalid_mode", "empty_message", "queue_full") else 409
 
 
 @dataclass
@@ -193,6 +194,11 @@ def _submit(
                 transaction.on_commit(lambda: notify.publish_session_changed(locked.pk))
                 return SubmitResult("run", run, None, run.status, duplicate=False)
             active = Run.objects.get(pk=claims["active"])
+            # Every open intent rides in each socket snapshot: past a cap, one session's queue
+            # could outgrow the frame limit (docs/security.md). Counted under the session lock.
+            limit = settings.HERMESWEB_MAX_QUEUED_INTENTS
+            if PendingIntent.objects.filter(session_id=locked.pk).open().count() >= limit:
+                raise SubmitRefused("queue_full", f"This session already has {limit} waiting messages.")
             effective = mode if mode != "auto" else locked.project.running_default
             if effective == "steer":
                 intent = intent_services.request_steer(

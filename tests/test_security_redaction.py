@@ -1,0 +1,86 @@
+"""Redaction runs in time linear in its input: no text stalls the runner's writer thread.
+
+User text (steers, clarify answers up to 1 MiB) goes through every pattern. The old
+`key=value` pattern took 18 s on 16 KB of "a." repeated; each input below is built to make
+one pattern backtrack, at 1 MiB.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from runs.redaction import _PATTERNS, REDACTED, redact_text
+
+MIB = 1024 * 1024
+
+
+def mib(unit: str, tail: str = "") -> str:
+    return unit * ((MIB - len(tail)) // len(unit)) + tail
+
+
+# For each pattern, in _PATTERNS order, texts that make a backtracking form of it quadratic.
+ADVERSARIAL: dict[str, list[str]] = {
+    "bearer": [mib("bearer "), mib("Basic\t"), "bearer" + mib(" ", "!")],
+    "sk": [mib("sk-"), mib("sk-aaaaaaaaaaaaaaa ")],
+    "github": [mib("ghp_"), mib("ghp_a")],
+    "github_pat": [mib("github_pat_"), mib("github_pat_a-")],
+    "slack": [mib("xoxb-"), mib("xoxb-a ")],
+    "aws": [mib("AKIA"), mib("AKIA-")],
+    "google": [mib("AIza"), mib("AIza-")],
+    "huggingface": [mib("hf_"), mib("hf_a.")],
+    "hermesweb": [mib("hw_"), mib("hw_a.")],
+    "private_key": [
+        mib("-----BEGIN RSA PRIVATE KEY-----\n"),
+        "-----BEGIN " + mib("A "),
+        mib("-----BEGIN PRIVATE KEY-----\n-----END RSA KEY-----\n"),
+    ],
+    "key_value": [
+        mib("a.", "token="),
+        mib("a-", "password: x"),
+        mib("password "),
+        "password=" + mib(" ", "!"),
+        mib("x.api_key", "="),
+    ],
+    "url_credentials": [mib("a.", "://@"), mib("a://", "@"), mib("a://b:", "@"), mib("x+", "://u:p")],
+}
+assert len(ADVERSARIAL) == len(_PATTERNS)
+
+
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_every_pattern_scrubs_a_mebibyte_of_adversarial_text_in_well_under_a_second(name: str) -> None:
+    for text in ADVERSARIAL[name]:
+        assert len(text) >= MIB - 64
+        started = time.perf_counter()
+        redact_text(text)
+        elapsed = time.perf_counter() - started
+        # A linear pass over 1 MiB takes tens of milliseconds; the quadratic forms took minutes.
+        assert elapsed < 0.5, f"{name}: {elapsed:.2f} s on {text[:40]!r}…"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("export OPENAI_API_KEY=sk-nothere", f"export OPENAI_API_KEY={REDACTED}"),
+        ("my.service.token: abcd1234", f"my.service.token: {REDACTED}"),
+        ('{"db_password": "hunter22"}', f'{{"db_password": "{REDACTED}"}}'),
+        ("HTTPS://app:s3cret@db.internal/x", f"HTTPS://app:{REDACTED}@db.internal/x"),
+        ("git+ssh://me:pw12@host", f"git+ssh://me:{REDACTED}@host"),
+    ],
+)
+def test_the_anchored_patterns_still_mask_what_the_prefixed_ones_did(text: str, expected: str) -> None:
+    assert redact_text(text) == expected
+
+
+def test_a_private_key_block_is_masked_from_its_first_header_to_the_first_footer_after_it() -> None:
+    block = "-----BEGIN RSA PRIVATE KEY-----\nMIIabc\n-----END RSA PRIVATE KEY-----"
+    orphan = "-----BEGIN PRIVATE KEY-----\n"
+    text = f"a {orphan}{block} b {block} c {orphan}no footer"
+
+    assert redact_text(text) == f"a {REDACTED} b {REDACTED} c {orphan}no footer"
+
+
+def test_text_without_secret_shapes_is_returned_unchanged() -> None:
+    text = "see https://example.org/a:b@c and the token count: 12; password reset docs"
+    assert redact_text(text) == text
