@@ -4,7 +4,7 @@ The journal writer's group commit (runs/runner/writer.py) is on every first toke
 token is committed before it is published. In a runner on PostgreSQL the group statement
 goes from the runner's event loop on a connection of its own (`LoopConnection`); the
 baseline is how it went before, and still goes elsewhere: through one of the writer's
-database threads on Django's connection (`_append_group`), a hop there and one back. Both
+database threads on Django's connection (`writer.write_group`), a hop there and one back. Both
 are measured in this one process, alternately, after the idle pause a turn starts with
 (`--pause`, 0.3 s like bench/ttft.py's turns: the first statement after one is cold).
 
@@ -68,9 +68,9 @@ async def measure(samples: int, pause: float) -> dict[str, list[float]]:
                 await raw.execute(RAW_INSERT, [run_id, i, '{"message_id": "m", "delta": "Hello"}'])
                 appended = time.perf_counter()
             else:
-                _, _, committed = await group.append(run_id, [token])
+                written = await group.write(run_id, [token])
                 appended = time.perf_counter()
-                assert committed is False  # the group published it before answering
+                assert written.to_publish is False  # the group published it before answering
             if i >= warmup * len(ways):
                 times.setdefault(f"{way} append", []).append((appended - start) * 1000)
             if way != "raw":  # and the flush as the writer does it, the same way, cold again

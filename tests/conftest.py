@@ -76,10 +76,10 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
     the drop failed ("being accessed by other users") and test databases piled up.
     """
     yield
-    from runs.runner.writer import close_db_threads
+    from tests.support.runner import close_writer_threads
 
     with django_db_blocker.unblock():
-        close_db_threads()
+        close_writer_threads()
         if connection.vendor == "postgresql":
             # Any other thread's connection (asgiref's executors keep theirs): the database is
             # this process's alone, so whatever is still connected to it is ours to end.

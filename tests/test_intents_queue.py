@@ -21,7 +21,6 @@ from projects.models import Project, Session
 from runs.controls import do_stop_and_send
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, Run, RunSource, RunStatus
-from runs.runner import leases
 from runs.turns import finish_run
 from tests import factories
 from tests.support.intents import (
@@ -40,6 +39,7 @@ from tests.support.intents import (
     view,
 )
 from tests.support.procs import Proc, wait_for
+from tests.support.runner import claim_next
 from tests.support.runs import assert_journal_well_formed, refreshed, state, types, wait_event, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -219,7 +219,7 @@ def test_a_process_dying_right_after_the_terminal_event_loses_no_queued_item(
 ) -> None:
     first = send(session, "fast first").run
     assert first is not None
-    assert leases.claim_next("ghost") == first.pk
+    assert claim_next("ghost") == first.pk
     item = queue(session, "fast second")
     # What the ghost runner wrote just before it died: the turn's end, nothing after it.
     finish_run(first.pk, [NewEvent("run.started", {"status": "running"}), done_event(RunStatus.COMPLETED)])

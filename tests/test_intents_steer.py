@@ -28,7 +28,6 @@ from projects.models import Session
 from runs.controls import do_cancel, do_stop_and_send
 from runs.journal import done_event
 from runs.models import Control, ControlKind, Run, RunSource, RunStatus
-from runs.runner.execution import Claimed, RunExecution
 from runs.services import do_submit_message
 from runs.turns import finish_run
 from tests import factories
@@ -53,6 +52,7 @@ from tests.support.intents import (
     wait_intent,
 )
 from tests.support.procs import Proc
+from tests.support.runner import execution_of
 from tests.support.runs import assert_journal_well_formed, state, wait_event, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -345,7 +345,7 @@ def test_a_steer_applied_after_the_agent_answered_the_turn_is_left_over_not_sent
     assert do_steer_intent(intent).status == "accepted"
     control = Control.objects.get(run=run, kind=ControlKind.STEER)
     sent: list[Any] = []
-    execution = RunExecution(SimpleNamespace(), Claimed({"run_id": run.pk, "last_seq": 0}))
+    execution = execution_of(run)
 
     async def call(request: Any, timeout: float | None = None) -> None:
         return None

@@ -14,7 +14,10 @@ from django.utils import timezone
 
 from runs.models import JournalEvent, Run, RunStatus
 from runs.runner import connections, leases
+from runs.runner.claims import aclaim_run, run_context
+from runs.runner.leases import Claim, ClaimedRun
 from tests import factories
+from tests.support.runner import claim_next
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +25,7 @@ pytestmark = pytest.mark.django_db
 def test_claim_takes_the_oldest_queued_run_and_leases_it() -> None:
     older = factories.RunFactory(status="queued")
     factories.RunFactory(status="queued")
-    assert leases.claim_next("r1") == older.pk
+    assert claim_next("r1") == older.pk
     older.refresh_from_db()
     assert older.status == "running" and older.lease_owner == "r1" and older.lease_expires_at > timezone.now()
 
@@ -30,11 +33,11 @@ def test_claim_takes_the_oldest_queued_run_and_leases_it() -> None:
 def test_a_claim_says_whether_another_queued_run_remains() -> None:
     first, second = factories.RunFactory(status="queued"), factories.RunFactory(status="queued")
     with transaction.atomic():
-        assert leases.claim_in_transaction("r1") == (leases.ClaimedRun.of(first), True)
+        assert leases.claim_in_transaction("r1") == Claim(ClaimedRun.of(first), more=True)
     with transaction.atomic():
-        assert leases.claim_in_transaction("r1") == (leases.ClaimedRun.of(second), False)
+        assert leases.claim_in_transaction("r1") == Claim(ClaimedRun.of(second), more=False)
     with transaction.atomic():
-        assert leases.claim_in_transaction("r1") == (None, False)
+        assert leases.claim_in_transaction("r1") == Claim(None, more=False)
 
 
 def test_a_claim_carries_what_starting_the_run_reads_of_its_session_and_project() -> None:
@@ -47,9 +50,9 @@ def test_a_claim_carries_what_starting_the_run_reads_of_its_session_and_project(
         session__mode="plan",
     )
     with transaction.atomic():
-        claimed, _ = leases.claim_in_transaction("r1")
+        claimed = leases.claim_in_transaction("r1").run
     project = run.session.project
-    assert claimed == leases.ClaimedRun(
+    assert claimed == ClaimedRun(
         run_id=run.pk,
         source="workflow",
         prompt_text="hello",
@@ -67,7 +70,7 @@ def test_a_claim_carries_what_starting_the_run_reads_of_its_session_and_project(
 
 def test_claim_returns_none_when_nothing_is_queued() -> None:
     factories.RunFactory(status="completed")
-    assert leases.claim_next("r1") is None
+    assert claim_next("r1") is None
 
 
 def test_renew_reports_runs_that_were_taken_away() -> None:
@@ -149,18 +152,16 @@ def test_a_claim_in_flight_hides_its_run_and_the_next_from_other_runners_on_post
     try:
         assert held.wait(10)
         # r1 holds the run it claimed and the one it looked ahead at: r2 skips both.
-        assert leases.claim_next("r2") == runs[2].pk
+        assert claim_next("r2") == runs[2].pk
     finally:
         release.set()
         thread.join(10)
-    assert got["r1"] == (leases.ClaimedRun.of(runs[0]), True)
+    assert got["r1"] == Claim(ClaimedRun.of(runs[0]), more=True)
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turns_usage() -> None:
-    from runs.runner.execution import _load_context, aclaim_and_start
-
     session = factories.SessionFactory(project__agent="hermes")  # reports session totals
     usage = {"session_total": {"total": 150}}
     factories.RunFactory(session=session, status="completed", finished_at=timezone.now(), usage=usage)
@@ -170,15 +171,15 @@ def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turn
     async def claim() -> Any:
         params = connections.connection_params()
         async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
-            return await aclaim_and_start("r1", conn)
+            return await aclaim_run("r1", conn)
 
     claimed = asyncio.run(claim())
 
     queued.refresh_from_db()
     assert (queued.status, queued.lease_owner) == ("running", "r1")
     assert claimed.more
-    assert claimed.ctx == _load_context(leases.ClaimedRun.of(queued))
-    assert claimed.ctx["previous_usage_total"] == {"total": 150}
+    assert claimed.context == run_context(ClaimedRun.of(queued))
+    assert claimed.context.previous_usage_total == {"total": 150}
 
 
 def test_the_runs_a_doubted_claim_took_are_those_it_started_at_its_time_alone() -> None:

@@ -330,25 +330,18 @@ def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session(
     import asyncio
     from types import SimpleNamespace
 
-    from runs.runner.execution import Claimed, RunExecution
+    from tests.support.runner import StubHost, execution_of
 
-    run = factories.RunFactory(status=RunStatus.COMPLETED)
-    released: list[Any] = []
-
-    async def release(process: Any) -> None:
-        released.append(process)
-
-    runner = SimpleNamespace(pool=SimpleNamespace(release=release))
-    previous = RunExecution(runner, Claimed({"run_id": run.pk, "last_seq": 0}, []))
+    host = StubHost()
+    previous = execution_of(factories.RunFactory(status=RunStatus.COMPLETED), host)
     following = object()
-    previous.process = SimpleNamespace(sinks={"agent-session": following})
+    previous.process = SimpleNamespace(sinks={"agent-session": following})  # type: ignore[assignment]
     previous.agent_session_id = "agent-session"
-
-    async def ended() -> None:
-        return None
-
-    previous._execute = ended  # type: ignore[method-assign]
-    asyncio.run(previous.execute())
-
+    asyncio.run(previous.release_agent())
     assert previous.process.sinks == {"agent-session": following}
-    assert released == [previous.process]
+    assert host.pool.released == [previous.process]
+
+    # Its own registration it removes.
+    previous.process.sinks = {"agent-session": previous}
+    asyncio.run(previous.release_agent())
+    assert previous.process.sinks == {}

@@ -45,12 +45,11 @@ def runner(runners: list[Proc], logs: Path, agents_env: dict[str, str]) -> Proc:
 @pytest.fixture
 def session(db: None, settings: Any, hermes_agent_config: AgentConfig) -> Any:
     # The web side validates agent names against its own registry.
-    from runs.agents import _spec
+    from runs.agents import load_agents
 
-    settings.HERMESWEB_AGENTS = {
-        **settings.HERMESWEB_AGENTS,
-        "hermes": _spec("hermes", dict(hermes_agent_config), "test"),
-    }
+    environ = {"HERMESWEB_AGENTS": json.dumps({"hermes": hermes_agent_config})}
+    configured = load_agents(settings.DATA_DIR, environ)
+    settings.HERMESWEB_AGENTS = {**settings.HERMESWEB_AGENTS, "hermes": configured["hermes"]}
     return factories.SessionFactory(project__agent="hermes")
 
 

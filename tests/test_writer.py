@@ -118,16 +118,24 @@ def test_the_first_delta_after_run_started_is_not_held_for_the_window() -> None:
     # must go at once, not a coalescing window later.
     run = factories.RunFactory(status="running")
 
+    def written() -> list[str]:
+        return list(JournalEvent.objects.filter(run=run).order_by("seq").values_list("type", flat=True))
+
     async def scenario() -> None:
         writer = JournalWriter(run.pk, window_ms=60_000)
         writer.add([NewEvent("run.started", {"status": "running"})])
         await writer.flush()
         writer.add([delta("first")])
-        # Flushing now, not in a minute: its task is queued and no window timer is set.
-        assert writer._flush_queued and writer._timer is None
-        await asyncio.gather(*writer._pending)
+        # Written now, not in a minute.
+        for _ in range(500):
+            if len(await asyncio.to_thread(written)) == 2:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            raise AssertionError("the first delta waited for the window")
         writer.add([delta(" second")])  # and the window paces the deltas after it
-        assert not writer._flush_queued and writer._timer is not None
+        await asyncio.sleep(0.3)
+        assert await asyncio.to_thread(written) == ["run.started", "token.delta"]
         await writer.flush()
 
     asyncio.run(scenario())
@@ -155,13 +163,13 @@ def test_runs_flushing_together_share_a_transaction_and_keep_their_own_seqs(
 
     runs = [factories.RunFactory(status="running") for _ in range(5)]
     groups: list[int] = []
-    real = writer_module._append_group
+    real = writer_module.write_group
 
     def spy(items: list[tuple[int, list[NewEvent]]]) -> list[Any]:
         groups.append(len(items))
         return real(items)
 
-    monkeypatch.setattr(writer_module, "_append_group", spy)
+    monkeypatch.setattr(writer_module, "write_group", spy)
 
     async def scenario() -> None:
         writers = [JournalWriter(run.pk, window_ms=10_000) for run in runs]
@@ -183,12 +191,12 @@ def test_runs_flushing_together_share_a_transaction_and_keep_their_own_seqs(
 
 def test_a_run_that_ended_refuses_its_batch_alone_in_a_group() -> None:
     from runs.journal import AlreadyTerminal
-    from runs.runner.writer import _append_group
+    from runs.runner.writer import write_group
 
     live, ended, other = (factories.RunFactory(status=s) for s in ("running", "completed", "running"))
     bad_batch = [NewEvent("done", {"state": "completed"}), delta("after the end")]  # done not last
 
-    results = _append_group(
+    results = write_group(
         [
             (live.pk, [delta("a")]),
             (ended.pk, [delta("b")]),
@@ -198,10 +206,10 @@ def test_a_run_that_ended_refuses_its_batch_alone_in_a_group() -> None:
     )
     assert isinstance(results[1], AlreadyTerminal)
     assert isinstance(results[3], type(live).DoesNotExist)
-    assert [r[0][0].payload["delta"] for r in (results[0], results[2])] == ["a", "c"]  # type: ignore[index]
+    assert [r.rows[0].payload["delta"] for r in (results[0], results[2])] == ["a", "c"]  # type: ignore[union-attr]
 
     # A failure of any other kind rolls the group back; each batch is then tried alone.
-    results = _append_group([(live.pk, [delta("e")]), (other.pk, bad_batch)])
+    results = write_group([(live.pk, [delta("e")]), (other.pk, bad_batch)])
     assert isinstance(results[1], ValueError)
     assert rows(live) == [("token.delta", {"message_id": "m1", "delta": d}) for d in ("a", "e")]
     assert rows(other) == [("token.delta", {"message_id": "m1", "delta": "c"})]
@@ -220,21 +228,21 @@ def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread
         group = GroupCommit()
         group.write_from_loop()
         try:
-            first = await group._write_on_loop(
+            first = await group.commit(
                 [
                     (live.pk, [delta("a")]),
                     (ended.pk, [delta("b")]),
                     (other.pk, [delta("c"), delta("d", "m2")]),
                 ]
             )
-            second = await group._write_on_loop([(live.pk, [delta("e")]), (other.pk, bad_batch)])
+            second = await group.commit([(live.pk, [delta("e")]), (other.pk, bad_batch)])
             return [first, second]
         finally:
             await group.close()
 
     first, second = asyncio.run(scenario())
     assert isinstance(first[1], AlreadyTerminal)
-    written = [event for result in (first[0], first[2]) for event in result[0]]  # type: ignore[index]
+    written = [event for result in (first[0], first[2]) for event in result.rows]  # type: ignore[union-attr]
     stored = {(e.run_id, e.seq): e.pk for e in JournalEvent.objects.filter(run__in=[live, other])}
     assert [(e.run_id, e.seq, e.payload["delta"]) for e in written] == [
         (live.pk, 1, "a"),
@@ -242,7 +250,7 @@ def test_a_runners_groups_sent_from_its_loop_get_the_answers_the_database_thread
         (other.pk, 2, "d"),
     ]
     assert all(e.pk == stored[(e.run_id, e.seq)] for e in written)
-    assert first[0][2] is True  # type: ignore[index]  # committed here: the caller publishes
+    assert first[0].to_publish is True  # type: ignore[union-attr]  # committed here: the caller publishes
     # A failure of any other kind: each batch alone, as in the database thread.
     assert isinstance(second[1], ValueError)
     assert [d["delta"] for _, d in rows(live)] == ["a", "e"]
@@ -283,7 +291,7 @@ def test_a_group_refused_on_a_live_thread_connection_is_written_again_one_by_one
     from django.db import OperationalError
 
     from runs import journal
-    from runs.runner.writer import _append_group
+    from runs.runner.writer import write_group
 
     first, second = factories.RunFactory(status="running"), factories.RunFactory(status="running")
 
@@ -297,7 +305,7 @@ def test_a_group_refused_on_a_live_thread_connection_is_written_again_one_by_one
         return real(items)
 
     monkeypatch.setattr(journal, "append_group_unpublished", refused_once)
-    results = _append_group([(first.pk, [delta("a")]), (second.pk, [delta("b")])])
+    results = write_group([(first.pk, [delta("a")]), (second.pk, [delta("b")])])
 
     assert not any(isinstance(result, Exception) for result in results)
     assert calls == [2, 1, 1]

@@ -2,7 +2,7 @@
 
 The writer knows the run's last committed seq (the claim's, then each write's); after a
 write fails on its connection it reads the run's rows after that seq to tell whether the
-write landed, and writes it again only if it did not (runs/runner/writer.py, `_write`).
+write landed, and writes it again only if it did not (runs/runner/writer.py, "exactly once").
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def test_a_write_that_lands_nowhere_until_the_deadline_fails_the_run(
     async def scenario() -> None:
         writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
         writer.on_lost = lost.append
-        monkeypatch.setattr(type(group_commit()), "append", unreachable)
+        monkeypatch.setattr(type(group_commit()), "write", unreachable)
         writer.add([delta("never")])
         await until(lambda: bool(lost))
 
@@ -154,7 +154,7 @@ def test_a_run_another_runner_ended_while_its_write_went_unanswered_is_not_writt
 
     async def scenario() -> None:
         writer = JournalWriter(run.pk, window_ms=0, last_seq=0)
-        monkeypatch.setattr(type(group_commit()), "append", reaped_meanwhile)
+        monkeypatch.setattr(type(group_commit()), "write", reaped_meanwhile)
         with pytest.raises(journal.AlreadyTerminal):
             await writer.flush([delta("a"), NewEvent("progress", {"text": "b"})])
 

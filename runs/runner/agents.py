@@ -35,7 +35,17 @@ class AgentDied(Exception):
     """The agent process exited (or its pipes closed) while we needed it."""
 
 
+class Agents(Protocol):
+    """What executions and agent jobs use of the pool: borrow a project's agent process, give it back."""
+
+    async def acquire(self, spec: AgentSpec, project_id: int, cwd: str) -> AgentProcess: ...
+
+    async def release(self, process: AgentProcess) -> None: ...
+
+
 class SessionSink(Protocol):
+    """Whoever listens on an agent session: a run's execution, or an import's collector."""
+
     def on_update(self, update: Any) -> None: ...
 
     async def on_permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse: ...

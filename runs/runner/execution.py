@@ -1,10 +1,9 @@
-"""One run executing on an agent: prompt, stream, controls, terminal event.
+"""One run executing on an agent: open the session, prompt, stream, apply controls, end the turn.
 
-Design note: docs/runner.md. The execution is the only writer of its run's
-journal while it holds the lease. Permission requests and elicitations are
-futures held here while the ACP request is open; the browser answers them
-through durable Control rows that the runner hands to `apply_control`.
-Nothing is ever granted on the user's behalf.
+Design note: docs/runner.md ("The package", "Controls"). The execution is the only writer
+of its run's journal while it holds the lease. It sees the runner that started it through
+`ExecutionHost`; the agent's permission requests and elicitations, answered from controls,
+are runs/runner/agent_requests.py's.
 """
 
 from __future__ import annotations
@@ -12,33 +11,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 import acp
 from acp import schema
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.utils import timezone
 
 from intents import services as intents
-from projects.models import Session
-from runs import notify
 from runs.journal import AlreadyTerminal, NewEvent, done_event
-from runs.models import Control, ControlKind, EventType, Run, RunStatus
-from runs.runner import leases
-from runs.runner.agents import AgentDied, AgentProcess
+from runs.models import Control, ControlKind, EventType, RunStatus
+from runs.runner.agent_requests import AgentRequests
+from runs.runner.agents import AgentDied, AgentProcess, Agents
+from runs.runner.claims import RunContext
 from runs.runner.connections import retried
+from runs.runner.session_rows import store_agent_session, store_session_meta
 from runs.runner.translate import Translator, as_dict, per_turn_usage
 from runs.runner.writer import JournalWriter
-
-if TYPE_CHECKING:
-    import psycopg
-
-    from runs.runner.process import RunnerProcess
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +39,7 @@ CANCEL_GRACE_SECONDS = 10.0
 STEER_ACKS = ("Steer queued",)
 CANCEL_TIMEOUT = "cancel not acknowledged"
 # A flush of this run's events could not be written, nor shown to have landed, before
-# HERMESWEB_DB_RETRY_SECONDS ran out (runs/runner/writer.py, `_write`): the turn has a hole.
+# HERMESWEB_DB_RETRY_SECONDS ran out (the writer's exactly-once write): the turn has a hole.
 JOURNAL_LOST = "journal write lost"
 JOURNAL_LOST_MESSAGE = (
     "The database could not be reached for too long while part of this turn was being saved, "
@@ -57,89 +47,64 @@ JOURNAL_LOST_MESSAGE = (
 )
 
 
+class ExecutionHost(Protocol):
+    """What an execution uses of the runner that started it (RunnerProcess, runs/runner/process.py)."""
+
+    @property
+    def runner_id(self) -> str: ...
+
+    @property
+    def pool(self) -> Agents: ...
+
+    def wake(self) -> None:
+        """The turn ended: its session's next turn (a drained queue item) may be queued."""
+
+    def poke_controls(self) -> None:
+        """A request was journaled: read the controls now, its answer may already be there."""
+
+
 class RunAborted(Exception):
     """The lease was lost (another runner reaped the run) or the runner is stopping."""
 
 
-@dataclass
-class Claimed:
-    """A run this runner took, with what executing it needs."""
-
-    ctx: dict[str, Any]
-    more: bool = False  # another queued run was seen: claim again at once
-
-
-def claim_and_start(runner_id: str) -> Claimed | None:
-    """Claim the oldest queued run and read its context: on PostgreSQL one statement, alone.
-
-    Its run.started is the execution's first event, written by the run's writer while the
-    agent is prompted: in the claim's transaction it cost every first token a round trip
-    and most of a commit more, ~1.2 ms here (bench/README.md, round six). The claim is
-    durable before the agent is prompted; a runner that dies before run.started is written
-    leaves a claimed run that the reaper marks interrupted, as it would any other.
-    """
-    claimed, more = leases.claim_in_transaction(runner_id)
-    if claimed is None:
-        return None
-    return Claimed(_load_context(claimed), more)
-
-
-async def aclaim_and_start(
-    runner_id: str, conn: psycopg.AsyncConnection[Any], now: datetime | None = None
-) -> Claimed | None:
-    """claim_and_start on PostgreSQL on the runner's own connection, without leaving its loop."""
-    claimed, more = await leases.aclaim_postgres(conn, runner_id, now)
-    if claimed is None:
-        return None
-    previous = await sync_to_async(_previous_usage_total)(claimed) if _cumulative_usage(claimed) else None
-    return Claimed(_context(claimed, previous), more)
-
-
-def unstarted_claims(
-    runner_id: str, claimed_at: Collection[datetime], running: Collection[int]
-) -> list[Claimed]:
-    """The runs claims took whose answers never arrived, ready to start (leases.unstarted_claims)."""
-    found = leases.unstarted_claims(runner_id, claimed_at, running)
-    return [Claimed(_load_context(claimed)) for claimed in found]
-
-
-def _started_event(ctx: dict[str, Any], runner_id: str) -> NewEvent:
+def _started_event(context: RunContext, runner_id: str) -> NewEvent:
     return NewEvent(
         EventType.RUN_STARTED,
         {
             "status": RunStatus.RUNNING,
-            "session_id": ctx["session_id"],
-            "agent": ctx["agent"],
-            "project": ctx["project_name"],
-            "workspace": ctx["cwd"],
-            "model": ctx["model"] or None,
-            "mode": ctx["mode"] or None,
+            "session_id": context.session_id,
+            "agent": context.agent,
+            "project": context.project_name,
+            "workspace": context.cwd,
+            "model": context.model or None,
+            "mode": context.mode or None,
             "runner": runner_id,
-            "source": ctx["source"],
+            "source": context.source,
         },
     )
 
 
 class RunExecution:
-    def __init__(self, runner: RunnerProcess, claimed: Claimed) -> None:
-        self.runner = runner
-        self.run_id: int = claimed.ctx["run_id"]
-        self.writer = JournalWriter(self.run_id, last_seq=claimed.ctx["last_seq"])
+    """A claimed run from its first event to its terminal one; the agent session's sink meanwhile."""
+
+    def __init__(self, host: ExecutionHost, context: RunContext) -> None:
+        self.host = host
+        self.context = context
+        self.run_id = context.run_id
+        self.writer = JournalWriter(self.run_id, last_seq=context.last_seq)
         self.writer.on_lost = lambda _: self.abort(JOURNAL_LOST)
         self.translator = Translator()
         self.process: AgentProcess | None = None
         self.agent_session_id = ""
-        self.ctx = claimed.ctx
-        self.approvals: dict[str, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
-        self.clarifications: dict[str, asyncio.Future[Any]] = {}
         self.cancel_requested = asyncio.Event()
+        self.requests = AgentRequests(self.writer, self.cancel_requested, host.poke_controls)
         self.aborted = asyncio.Event()
         self.abort_reason = ""
         self.steers_in_flight = 0
         self.turn_over = False
         self.prompt_sent = asyncio.Event()
-        self.applying: set[int] = set()
-        self._bg: set[asyncio.Task[Any]] = set()
+        self.applying: set[int] = set()  # controls being applied
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     # ------------------------------------------------------------------ main
 
@@ -162,26 +127,31 @@ class RunExecution:
                 error="runner internal error",
             )
         finally:
-            for task in list(self._bg):
+            for task in list(self._tasks):
                 task.cancel()
-            if self.process is not None:
-                # Only our own: the session's next turn (a drained queue item) may already
-                # have been claimed and have registered itself for the same agent session.
-                if self.process.sinks.get(self.agent_session_id) is self:
-                    del self.process.sinks[self.agent_session_id]
-                await self.runner.pool.release(self.process)
+            await self.release_agent()
+
+    async def release_agent(self) -> None:
+        """Leave the agent session, if its registration is still ours, and give the process back."""
+        if self.process is None:
+            return
+        # Only our own: the session's next turn (a drained queue item) may already have
+        # been claimed and have registered itself for the same agent session.
+        if self.process.sinks.get(self.agent_session_id) is self:
+            del self.process.sinks[self.agent_session_id]
+        await self.host.pool.release(self.process)
 
     async def _execute(self) -> None:
         # Written while the agent is prompted; first of the run's events, as the writer keeps order.
-        self.writer.add([_started_event(self.ctx, self.runner.runner_id)])
-        spec = settings.HERMESWEB_AGENTS.get(self.ctx["agent"])
+        self.writer.add([_started_event(self.context, self.host.runner_id)])
+        spec = settings.HERMESWEB_AGENTS.get(self.context.agent)
         if spec is None:
             await self._fail(
-                "agent_unknown", f"Agent {self.ctx['agent']!r} is not configured on this runner."
+                "agent_unknown", f"Agent {self.context.agent!r} is not configured on this runner."
             )
             return
         try:
-            self.process = await self.runner.pool.acquire(spec, self.ctx["project_id"], self.ctx["cwd"])
+            self.process = await self.host.pool.acquire(spec, self.context.project_id, self.context.cwd)
             await self._open_session()
         except AgentDied as exc:
             await self._fail("agent_start_failed", str(exc))
@@ -196,7 +166,7 @@ class RunExecution:
 
     async def _open_session(self) -> None:
         assert self.process is not None
-        process, sid = self.process, self.ctx["agent_session_id"]
+        process, sid = self.process, self.context.agent_session_id
         if sid and sid in process.loaded:
             self.agent_session_id = sid
         elif sid and process.capabilities.get("load_session"):
@@ -204,7 +174,7 @@ class RunExecution:
             process.loading.add(sid)
             try:
                 await process.call(
-                    process.conn.load_session(cwd=self.ctx["cwd"], session_id=sid, mcp_servers=[]), 120
+                    process.conn.load_session(cwd=self.context.cwd, session_id=sid, mcp_servers=[]), 120
                 )
             finally:
                 process.loading.discard(sid)
@@ -220,10 +190,10 @@ class RunExecution:
                         )
                     ]
                 )
-            response = await process.call(process.conn.new_session(cwd=self.ctx["cwd"], mcp_servers=[]), 120)
+            response = await process.call(process.conn.new_session(cwd=self.context.cwd, mcp_servers=[]), 120)
             self.agent_session_id = response.session_id
             process.loaded.add(self.agent_session_id)
-            await retried(_store_agent_session, self.ctx["session_id"], self.agent_session_id)
+            await retried(store_agent_session, self.context.session_id, self.agent_session_id)
         process.sinks[self.agent_session_id] = self
         if self.agent_session_id in process.commands:
             self.on_update(process.commands[self.agent_session_id])
@@ -232,7 +202,7 @@ class RunExecution:
         assert self.process is not None
         process = self.process
         prompt = process.conn.prompt(
-            session_id=self.agent_session_id, prompt=[acp.text_block(self.ctx["prompt_text"])]
+            session_id=self.agent_session_id, prompt=[acp.text_block(self.context.prompt_text)]
         )
         task = asyncio.ensure_future(process.call(prompt))
         task.add_done_callback(self._turn_over)
@@ -280,11 +250,10 @@ class RunExecution:
             return
         data = response.model_dump(by_alias=True, exclude_none=True, mode="json")
         stop_reason = data.get("stopReason", "end_turn")
-        usage = per_turn_usage(
-            data.get("usage"), self.ctx.get("previous_usage_total"), self.ctx["cumulative_usage"]
-        )
+        cumulative = self.context.cumulative_usage
+        usage = per_turn_usage(data.get("usage"), self.context.previous_usage_total, cumulative)
         usage_record = {**usage, "context": self.translator.usage}
-        if self.ctx["cumulative_usage"] and data.get("usage"):
+        if cumulative and data.get("usage"):
             usage_record["session_total"] = data["usage"]
         state = (
             RunStatus.CANCELLED
@@ -293,7 +262,7 @@ class RunExecution:
         )
         final = [
             *self.translator.finish(),
-            *self._resolve_open_requests("turn ended"),
+            *self.requests.cancel_all("turn ended"),
             NewEvent(EventType.USAGE_FINAL, {**usage, "context": self.translator.usage}),
             done_event(state, stop_reason=stop_reason, usage=usage),
         ]
@@ -311,8 +280,8 @@ class RunExecution:
     async def _after_finish(self) -> None:
         commands = self._new_commands()
         if self.translator.title or commands is not None:
-            await retried(_store_session_meta, self.ctx["session_id"], self.translator.title, commands)
-        self.runner.wake()
+            await retried(store_session_meta, self.context.session_id, self.translator.title, commands)
+        self.host.wake()
 
     def _new_commands(self) -> list[dict[str, Any]] | None:
         """The agent's commands if its Session row does not hold them yet, else None.
@@ -332,7 +301,7 @@ class RunExecution:
     async def _fail(self, code: str, message: str) -> None:
         final = [
             *self.translator.finish(),
-            *self._resolve_open_requests("run failed"),
+            *self.requests.cancel_all("run failed"),
             NewEvent(EventType.ERROR, {"code": code, "message": message, "terminal": True}),
             done_event(RunStatus.FAILED, reason=message, code=code),
         ]
@@ -341,19 +310,14 @@ class RunExecution:
     async def _finish_cancelled(self, reason: str) -> None:
         final = [
             *self.translator.finish(),
-            *self._resolve_open_requests("cancelled"),
+            *self.requests.cancel_all("cancelled"),
             done_event(RunStatus.CANCELLED, stop_reason="cancelled", reason=reason),
         ]
         await self._finish_safely(final, stop_reason="cancelled")
 
     async def _abort_agent(self) -> None:
         """Stop the agent's turn without writing: the run is no longer ours to journal."""
-        for future, _ in self.approvals.values():
-            if not future.done():
-                future.set_result(_denied())
-        for future in self.clarifications.values():
-            if not future.done():
-                future.set_result(schema.CancelElicitationResponse(action="cancel"))
+        self.requests.refuse_all()
         if self.process is not None and self.process.alive and self.agent_session_id:
             try:
                 await self.process.call(self.process.conn.cancel(session_id=self.agent_session_id), 5)
@@ -363,31 +327,6 @@ class RunExecution:
     def abort(self, reason: str) -> None:
         self.abort_reason = reason
         self.aborted.set()
-
-    def _resolve_open_requests(self, why: str) -> list[NewEvent]:
-        """Answer what the agent still waits on as cancelled; journal each resolution."""
-        events = []
-        for approval_id, (future, _) in list(self.approvals.items()):
-            if not future.done():
-                future.set_result(_denied())
-                events.append(
-                    NewEvent(
-                        EventType.APPROVAL_RESOLVED,
-                        {"approval_id": approval_id, "outcome": "cancelled", "reason": why},
-                    )
-                )
-        for clarify_id, future in list(self.clarifications.items()):
-            if not future.done():
-                future.set_result(schema.CancelElicitationResponse(action="cancel"))
-                events.append(
-                    NewEvent(
-                        EventType.CLARIFY_RESOLVED,
-                        {"clarify_id": clarify_id, "outcome": "cancelled", "reason": why},
-                    )
-                )
-        self.approvals.clear()
-        self.clarifications.clear()
-        return events
 
     # ------------------------------------------------------ agent callbacks
 
@@ -401,61 +340,20 @@ class RunExecution:
         if data.get("sessionUpdate") == "available_commands_update":
             commands = self._new_commands()
             if commands is not None:
-                self._spawn(retried(_store_session_meta, self.ctx["session_id"], None, commands))
+                self._spawn(retried(store_session_meta, self.context.session_id, None, commands))
 
     async def on_permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse:
-        if self.cancel_requested.is_set():
-            return _denied()
-        approval_id = f"ap-{uuid.uuid4().hex[:12]}"
-        call = as_dict(tool_call)
-        payload = {
-            "approval_id": approval_id,
-            "tool_call_id": call.get("toolCallId"),
-            "title": call.get("title") or "Permission requested",
-            "tool_kind": call.get("kind"),
-            "arguments": call.get("rawInput"),
-            "content": self.translator._tool_payload(call).get("content", []),
-            "options": [{"option_id": o.option_id, "name": o.name, "kind": o.kind} for o in options],
-        }
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.approvals[approval_id] = (future, payload)
-        await self.writer.flush(
-            [
-                NewEvent(EventType.APPROVAL_REQUESTED, payload),
-                NewEvent(EventType.STATUS, {"status": RunStatus.AWAITING_APPROVAL}),
-            ],
-            status=RunStatus.AWAITING_APPROVAL,
-        )
-        self.runner.poke_controls()
-        return await future
+        return await self.requests.permission(tool_call, options)
 
     async def on_elicitation(self, message: str, mode: Any) -> Any:
-        if self.cancel_requested.is_set():
-            return schema.CancelElicitationResponse(action="cancel")
-        clarify_id = f"cl-{uuid.uuid4().hex[:12]}"
-        requested = getattr(mode, "requested_schema", None)
-        schema_dict = requested.model_dump(by_alias=True, exclude_none=True, mode="json") if requested else {}
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self.clarifications[clarify_id] = future
-        await self.writer.flush(
-            [
-                NewEvent(
-                    EventType.CLARIFY_REQUESTED,
-                    {
-                        "clarify_id": clarify_id,
-                        "question": message,
-                        "schema": schema_dict,
-                        "input_mode": "form" if schema_dict else "text",
-                    },
-                ),
-                NewEvent(EventType.STATUS, {"status": RunStatus.AWAITING_CLARIFY}),
-            ],
-            status=RunStatus.AWAITING_CLARIFY,
-        )
-        self.runner.poke_controls()
-        return await future
+        return await self.requests.elicitation(message, mode)
 
     # ------------------------------------------------------------ controls
+
+    def start_control(self, control: Control) -> None:
+        """Apply `control` in a task of this execution's: the runner's control loop does not wait."""
+        if control.pk not in self.applying:
+            self._spawn(self.apply_control(control))
 
     async def apply_control(self, control: Control) -> None:
         if control.pk in self.applying:
@@ -464,8 +362,8 @@ class RunExecution:
         try:
             handler: Callable[[Control], Any] = {
                 ControlKind.CANCEL: self._apply_cancel,
-                ControlKind.APPROVAL: self._apply_approval,
-                ControlKind.CLARIFY: self._apply_clarify,
+                ControlKind.APPROVAL: self.requests.answer_approval,
+                ControlKind.CLARIFY: self.requests.answer_clarify,
                 ControlKind.STEER: self._apply_steer,
             }.get(control.kind, self._apply_unsupported)
             await handler(control)
@@ -482,7 +380,7 @@ class RunExecution:
             await sync_to_async(_record)(control.pk, "duplicate", "Cancel already in progress.")
             return
         self.cancel_requested.set()
-        resolved = self._resolve_open_requests("cancelled")
+        resolved = self.requests.cancel_all("cancelled")
         await self.writer.flush(
             [*resolved, NewEvent(EventType.STATUS, {"status": RunStatus.CANCELLING})],
             also=lambda: _record(control.pk, "accepted", "Cancel sent to the agent."),
@@ -497,65 +395,6 @@ class RunExecution:
         if self.process is not None:
             self.process.poisoned = "cancel not acknowledged"
         self.abort(CANCEL_TIMEOUT)
-
-    async def _apply_approval(self, control: Control) -> None:
-        entry = self.approvals.get(control.target_id)
-        if entry is None or entry[0].done():
-            await sync_to_async(_record)(control.pk, "expired", "The approval request is no longer open.")
-            return
-        future, _ = entry
-        option_id = control.payload["option_id"]
-        # Persist, then answer the agent.
-        await self.writer.flush(
-            [
-                NewEvent(
-                    EventType.APPROVAL_RESOLVED,
-                    {"approval_id": control.target_id, "option_id": option_id, "outcome": "selected"},
-                ),
-                *self._status_after_answer(exclude_approval=control.target_id),
-            ],
-            also=lambda: _record(control.pk, "accepted", "Answer delivered."),
-            **self._status_updates(exclude_approval=control.target_id),
-        )
-        del self.approvals[control.target_id]
-        future.set_result(
-            schema.RequestPermissionResponse(
-                outcome=schema.AllowedOutcome(outcome="selected", option_id=option_id)
-            )
-        )
-
-    async def _apply_clarify(self, control: Control) -> None:
-        future = self.clarifications.get(control.target_id)
-        if future is None or future.done():
-            await sync_to_async(_record)(control.pk, "expired", "The question is no longer open.")
-            return
-        content = control.payload.get("content") or {}
-        await self.writer.flush(
-            [
-                NewEvent(
-                    EventType.CLARIFY_RESOLVED,
-                    {"clarify_id": control.target_id, "answer": content, "outcome": "accepted"},
-                ),
-                *self._status_after_answer(exclude_clarify=control.target_id),
-            ],
-            also=lambda: _record(control.pk, "accepted", "Answer delivered."),
-            **self._status_updates(exclude_clarify=control.target_id),
-        )
-        del self.clarifications[control.target_id]
-        future.set_result(schema.AcceptElicitationResponse(action="accept", content=content))
-
-    def _next_status(self, exclude_approval: str = "", exclude_clarify: str = "") -> str:
-        if any(k != exclude_approval for k in self.approvals):
-            return RunStatus.AWAITING_APPROVAL
-        if any(k != exclude_clarify for k in self.clarifications):
-            return RunStatus.AWAITING_CLARIFY
-        return RunStatus.RUNNING
-
-    def _status_after_answer(self, **exclude: str) -> list[NewEvent]:
-        return [NewEvent(EventType.STATUS, {"status": self._next_status(**exclude)})]
-
-    def _status_updates(self, **exclude: str) -> dict[str, Any]:
-        return {"status": self._next_status(**exclude)}
 
     async def _apply_steer(self, control: Control) -> None:
         text = control.payload.get("text", "")
@@ -629,14 +468,10 @@ class RunExecution:
     def _turn_over(self, _: asyncio.Future[Any]) -> None:
         self.turn_over = True
 
-    def _spawn(self, coro: Any) -> None:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.ensure_future(coro)
-        self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
-
-
-def _denied() -> schema.RequestPermissionResponse:
-    return schema.RequestPermissionResponse(outcome=schema.DeniedOutcome(outcome="cancelled"))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
 
 def _is_steer_ack(update: Any) -> bool:
@@ -646,66 +481,6 @@ def _is_steer_ack(update: Any) -> bool:
     text = (data.get("content") or {}).get("text", "")
     # Hermes prefixes its acknowledgement with an emoji: look near the start, not at it.
     return any(ack in text[:40] for ack in STEER_ACKS)
-
-
-# ------------------------------------------------------------- sync helpers
-
-
-def _load_context(claimed: leases.ClaimedRun) -> dict[str, Any]:
-    previous = _previous_usage_total(claimed) if _cumulative_usage(claimed) else None
-    return _context(claimed, previous)
-
-
-def _cumulative_usage(claimed: leases.ClaimedRun) -> bool:
-    # Only an agent that reports session totals needs the last turn's (a read).
-    spec = settings.HERMESWEB_AGENTS.get(claimed.agent)
-    return bool(spec and spec.cumulative_usage)
-
-
-def _previous_usage_total(claimed: leases.ClaimedRun) -> Any:
-    previous = (
-        Run.objects.filter(session_id=claimed.session_id, finished_at__isnull=False)
-        .exclude(pk=claimed.run_id)
-        .order_by("-finished_at")
-        .first()
-    )
-    return (previous.usage or {}).get("session_total") if previous else None
-
-
-def _context(claimed: leases.ClaimedRun, previous_usage_total: Any) -> dict[str, Any]:
-    return {
-        "run_id": claimed.run_id,
-        "session_id": claimed.session_id,
-        "agent_session_id": claimed.agent_session_id,
-        "project_id": claimed.project_id,
-        "project_name": claimed.project_name,
-        "cwd": claimed.cwd,
-        "agent": claimed.agent,
-        "model": claimed.model,
-        "mode": claimed.mode,
-        "prompt_text": claimed.prompt_text,
-        "source": claimed.source,
-        "last_seq": claimed.last_seq,
-        "cumulative_usage": _cumulative_usage(claimed),
-        "previous_usage_total": previous_usage_total,
-    }
-
-
-def _store_agent_session(session_id: int, agent_session_id: str) -> None:
-    Session.objects.filter(pk=session_id).update(agent_session_id=agent_session_id, updated_at=timezone.now())
-    notify.publish_session_changed(session_id)
-
-
-def _store_session_meta(session_id: int, title: str | None, commands: list[dict[str, Any]] | None) -> None:
-    fields: dict[str, Any] = {}
-    if commands is not None:
-        fields["commands"] = commands
-    if title:
-        # The agent's title names a session the user has not named.
-        Session.objects.filter(pk=session_id, title="").update(title=title)
-    if fields:
-        Session.objects.filter(pk=session_id).update(**fields)
-    notify.publish_session_changed(session_id)
 
 
 def _record(control_id: int, result: str, message: str) -> None:

@@ -1,8 +1,9 @@
 """Agent jobs executed by a runner: session discovery and import over ACP.
 
-Design note: docs/operations.md ("Session discovery"). The rows (request, claim,
-finish, the imported session) are runs/discovery.py's; this module talks ACP
-through the runner's AgentPool — the same process the project's turns use.
+Design note: docs/runner.md ("Agent jobs"); docs/operations.md ("Session discovery").
+The rows (request, claim, finish, the imported session) are runs/discovery.py's; this
+module talks ACP through the runner's agent pool — the same process the project's turns
+use.
 
 - `list_sessions`: `session/list` filtered by the project's cwd, every page.
 - `import_session`: `session/load` with a sink that keeps the replayed history
@@ -18,7 +19,7 @@ import contextlib
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import acp
 from acp import schema
@@ -38,13 +39,11 @@ from runs.discovery import (
     write_import,
 )
 from runs.journal import NewEvent
-from runs.models import AgentJobKind, EventType
-from runs.runner.agents import AgentDied, AgentProcess
+from runs.models import AgentJobKind
+from runs.runner.agents import AgentDied, AgentProcess, Agents
+from runs.runner.coalesce import merged
 from runs.runner.connections import revived
-from runs.runner.translate import Translator, _text_of, as_dict
-
-if TYPE_CHECKING:
-    from runs.runner.process import RunnerProcess
+from runs.runner.translate import Translator, as_dict, text_of
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +52,8 @@ LOAD_TIMEOUT = 300.0
 # A misbehaving agent could hand out cursors forever: stop after this many pages.
 MAX_LIST_PAGES = 50
 MAX_CONCURRENT_JOBS = 4
-# Imported deltas of one segment are merged up to this size, like the live writer's coalescing.
+# Imported deltas of one segment are merged by the live writer's rule, into rows of up to this
+# much text: a replay arrives all at once, and nobody watches it stream.
 MERGE_LIMIT = 64 * 1024
 # Session-level updates: they describe the session, not a turn of its history.
 SESSION_UPDATES = ("available_commands_update", "session_info_update", "current_mode_update")
@@ -101,7 +101,7 @@ def split_history(updates: list[Any]) -> SplitHistory:
             meta.translate(data)
             continue
         if kind == "user_message_chunk":
-            text = _text_of(data.get("content"))
+            text = text_of(data.get("content"))
             message_id = data.get("messageId")
             same_message = (
                 current is not None
@@ -121,26 +121,6 @@ def split_history(updates: list[Any]) -> SplitHistory:
     return SplitHistory(turns=turns, title=meta.title, commands=meta.commands)
 
 
-def _merge_deltas(events: list[NewEvent]) -> list[NewEvent]:
-    """One row per text segment instead of one per replayed chunk (what coalescing does live)."""
-    keys = {EventType.TOKEN_DELTA: "message_id", EventType.REASONING_DELTA: "reasoning_id"}
-    merged: list[NewEvent] = []
-    for event in events:
-        key = keys.get(event.type)
-        last = merged[-1] if merged else None
-        if (
-            key
-            and last is not None
-            and last.type == event.type
-            and last.payload.get(key) == event.payload.get(key)
-            and len(last.payload.get("delta", "")) < MERGE_LIMIT
-        ):
-            last.payload = {**last.payload, "delta": last.payload.get("delta", "") + event.payload["delta"]}
-        else:
-            merged.append(NewEvent(event.type, dict(event.payload)))
-    return merged
-
-
 def turn_body(turn: ReplayedTurn) -> list[NewEvent]:
     """What the agent produced in one replayed turn, as journal events (deltas merged)."""
     translator = Translator()
@@ -148,7 +128,7 @@ def turn_body(turn: ReplayedTurn) -> list[NewEvent]:
     for update in turn.updates:
         body += translator.translate(update)
     body += translator.finish()
-    return _merge_deltas(body)
+    return merged(body, MERGE_LIMIT)
 
 
 def imported_history(split: SplitHistory) -> ImportedHistory:
@@ -193,11 +173,27 @@ def _same_dir(a: str, b: str) -> bool:
     return os.path.normpath(a) == os.path.normpath(b) or os.path.realpath(a) == os.path.realpath(b)
 
 
+class JobHost(Protocol):
+    """What the job loop uses of the runner it runs in (RunnerProcess, runs/runner/process.py)."""
+
+    @property
+    def runner_id(self) -> str: ...
+
+    @property
+    def pool(self) -> Agents: ...
+
+    @property
+    def poll(self) -> float: ...  # seconds between claims when there is no job
+
+    @property
+    def stopping(self) -> asyncio.Event: ...
+
+
 class JobLoop:
     """Claims and executes agent jobs on the runner's event loop."""
 
-    def __init__(self, runner: RunnerProcess) -> None:
-        self.runner = runner
+    def __init__(self, host: JobHost) -> None:
+        self.host = host
         self.tasks: set[asyncio.Task[None]] = set()
 
     async def run(self) -> None:
@@ -205,23 +201,23 @@ class JobLoop:
         next_reap = 0.0
         loop = asyncio.get_running_loop()
         try:
-            while not self.runner.stopping.is_set():
+            while not self.host.stopping.is_set():
                 claimed = False
                 try:
                     if loop.time() >= next_reap:
                         next_reap = loop.time() + reap_every
-                        reaped = await sync_to_async(revived(reap_orphaned_jobs))(self.runner.runner_id)
+                        reaped = await sync_to_async(revived(reap_orphaned_jobs))(self.host.runner_id)
                         if reaped:
                             log.warning("failed agent jobs left by vanished runners: %s", reaped)
                     if len(self.tasks) < MAX_CONCURRENT_JOBS:
-                        job_id = await sync_to_async(revived(claim_job))(self.runner.runner_id)
+                        job_id = await sync_to_async(revived(claim_job))(self.host.runner_id)
                         if job_id is not None:
                             self._start(job_id)
                             claimed = True
                 except Exception:
                     log.exception("job loop iteration failed")
                 if not claimed:
-                    await asyncio.sleep(self.runner.poll)
+                    await asyncio.sleep(self.host.poll)
             # Stopping: claim nothing more; jobs in flight finish until the runner cancels this loop.
             if self.tasks:
                 await asyncio.wait(list(self.tasks))
@@ -273,7 +269,7 @@ class JobLoop:
         if spec is None:
             raise JobFailed("agent_unknown", f"Agent {ctx.agent!r} is not configured on this runner.")
         try:
-            return await self.runner.pool.acquire(spec, ctx.project_id, ctx.cwd)
+            return await self.host.pool.acquire(spec, ctx.project_id, ctx.cwd)
         except AgentDied as exc:
             raise JobFailed("agent_start_failed", str(exc)) from None
 
@@ -305,7 +301,7 @@ class JobLoop:
                     break
             return {"sessions": list(sessions.values()), "truncated": bool(cursor)}
         finally:
-            await self.runner.pool.release(process)
+            await self.host.pool.release(process)
 
     async def _import_session(self, ctx: JobContext) -> dict[str, Any]:
         sid = str(ctx.payload.get("agent_session_id") or "")
@@ -347,4 +343,4 @@ class JobLoop:
             session, created = await write(ctx.project_id, sid, imported_history(history), ctx.agent)
             return await sync_to_async(import_result)(session, created=created)
         finally:
-            await self.runner.pool.release(process)
+            await self.host.pool.release(process)

@@ -1,10 +1,11 @@
 """Claiming queued runs, holding leases, reaping runs whose runner vanished.
 
-Design note: docs/runner.md ("Leases and crashes"). A claim is a conditional
-UPDATE (status still `queued`), taken with SKIP LOCKED on PostgreSQL so several
-runners never wait on, or execute, the same run. A session never has two
-active runs (a partial unique index), so turns are serialised per session
-whatever the number of runners.
+Design note: docs/runner.md ("Claiming and serialising", "Leases and crashes"). A
+claim is a conditional UPDATE (status still `queued`), taken with SKIP LOCKED on
+PostgreSQL so several runners never wait on, or execute, the same run. A session
+never has two active runs (a partial unique index), so turns are serialised per
+session whatever the number of runners. What an execution needs beyond the
+claimed row is added in runs/runner/claims.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.conf import settings
 from django.db import connection, transaction
@@ -86,26 +87,30 @@ class ClaimedRun:
         )
 
 
-def claim_next(runner_id: str) -> int | None:
-    """Take the oldest queued run, or None. Safe with any number of runners."""
-    with transaction.atomic():
-        claimed, _ = claim_in_transaction(runner_id)
-        return claimed.run_id if claimed is not None else None
+class Claim(NamedTuple):
+    """What one claim returns: the run it took (None: nothing queued, or another runner won it),
+    and whether a second queued run was there to take."""
+
+    run: ClaimedRun | None
+    more: bool
 
 
-def claim_in_transaction(runner_id: str) -> tuple[ClaimedRun | None, bool]:
-    """claim_next inside the caller's atomic(), where the claim commits (or not) with what follows
-    it; or alone, where on PostgreSQL it is one statement that commits by itself.
+NOTHING = Claim(None, False)
 
-    The claimed run comes with the columns of its session and project that starting it
-    reads. Also says whether another queued run was there to take: a runner that claimed
-    the only one need not ask again at once. (That empty claim ran beside the new turn's
-    prompt and cost its first token ~3 ms: bench/README.md, ttft.) On PostgreSQL the
-    second run stays locked until this transaction ends, and the caller claims it next; a
-    caller at capacity leaves it to the other runners' next poll.
+
+def claim_in_transaction(runner_id: str) -> Claim:
+    """Take the oldest queued run, with the columns of its session and project that starting it reads.
+
+    Inside the caller's atomic() the claim commits (or not) with what follows it; alone, on
+    PostgreSQL it is one statement that commits by itself. `more` lets a runner that took
+    the only queued run skip asking again at once, beside the new turn's prompt. On
+    PostgreSQL the second run stays locked until this transaction ends, and the caller
+    claims it next; a caller at capacity leaves it to the other runners' next poll.
     """
     if connection.vendor == "postgresql":
-        return _claim_postgres(runner_id)
+        with connection.cursor() as cursor:
+            cursor.execute(_claim_statement(), _claim_params(runner_id))
+            return _claim_result(cursor.fetchone())
     with transaction.atomic(savepoint=False):
         # SQLite: IMMEDIATE transactions serialise writers, so a read then an update is safe.
         found = list(
@@ -114,7 +119,7 @@ def claim_in_transaction(runner_id: str) -> tuple[ClaimedRun | None, bool]:
             .order_by("created_at", "id")[:2]
         )
         if not found:
-            return None, False
+            return NOTHING
         run, more = found[0], len(found) > 1
         claimed = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
             status=RunStatus.RUNNING,
@@ -122,27 +127,14 @@ def claim_in_transaction(runner_id: str) -> tuple[ClaimedRun | None, bool]:
             lease_expires_at=_lease_until(),
             started_at=timezone.now(),
         )
-        return (ClaimedRun.of(run) if claimed else None), more
-
-
-def _claim_postgres(runner_id: str) -> tuple[ClaimedRun | None, bool]:
-    # One statement: lock the two oldest queued runs (SKIP LOCKED), claim the first, return
-    # it with its session's and project's columns and whether there was a second. As ORM
-    # reads and an update it was five round trips and ~4 ms of query building before the
-    # first of them, on the way to every first token (bench/README.md, round five).
-    with connection.cursor() as cursor:
-        cursor.execute(_claim_statement(), _claim_params(runner_id))
-        return _claim_result(cursor.fetchone())
+        return Claim(ClaimedRun.of(run) if claimed else None, more)
 
 
 async def aclaim_postgres(
     conn: psycopg.AsyncConnection[Any], runner_id: str, now: datetime | None = None
-) -> tuple[ClaimedRun | None, bool]:
-    """_claim_postgres on the runner's own connection, in its event loop (autocommit).
-
-    Through Django's connection the claim went to the database thread and back: two
-    thread hops, ~0.6 ms of every first token here (bench/README.md, round seven).
-    """
+) -> Claim:
+    """claim_in_transaction's PostgreSQL statement on the runner's own connection, in its event
+    loop (autocommit): no hop to a database thread and back on the way to a first token."""
     async with conn.cursor() as cursor:
         await cursor.execute(_claim_statement(), _claim_params(runner_id, now))
         return _claim_result(await cursor.fetchone())
@@ -154,14 +146,17 @@ def _claim_params(runner_id: str, now: datetime | None = None) -> list[Any]:
     return [queued, running, runner_id, _lease_until(), now or timezone.now(), queued]
 
 
-def _claim_result(row: tuple[Any, ...] | None) -> tuple[ClaimedRun | None, bool]:
+def _claim_result(row: tuple[Any, ...] | None) -> Claim:
+    # The statement's columns are ClaimedRun's fields in order, then the count of `next`.
     if row is None:
-        return None, False
-    return ClaimedRun(*row[:-1]), row[-1] > 1
+        return NOTHING
+    return Claim(ClaimedRun(*row[:-1]), row[-1] > 1)
 
 
 @lru_cache(maxsize=1)
 def _claim_statement() -> str:
+    """Lock the two oldest queued runs (SKIP LOCKED), claim the first, return it with its session's
+    and project's columns and the count: one round trip where ORM reads and an update were five."""
     quote = connection.ops.quote_name
     run, session, project = (quote(model._meta.db_table) for model in (Run, Session, Project))
     return (

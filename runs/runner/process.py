@@ -1,11 +1,14 @@
 """The runner process: claims queued runs and executes them on agents.
 
-Design note: docs/runner.md. Loops, all on one asyncio event loop:
+Design note: docs/runner.md ("The package"). Loops, all on one asyncio event loop:
 - claim: take queued runs (SKIP LOCKED on PostgreSQL) while below capacity;
 - leases: heartbeat, renew our leases, drop runs someone else reaped;
 - reaper: interrupt runs whose runner vanished (never re-prompt them);
 - controls: apply pending Control rows of the runs we hold;
-- idle: stop agent processes nobody used for a while.
+- idle: stop agent processes nobody used for a while;
+- jobs: session discovery and import (runs/runner/jobs.py).
+Executions and the job loop see this process through narrow interfaces
+(execution.ExecutionHost, jobs.JobHost), never as a whole.
 A doorbell only shortens the waits — PostgreSQL's LISTEN/NOTIFY, else the
 channel layer with Redis — and every loop also polls the database, so a lost
 notification costs latency, never correctness.
@@ -32,9 +35,11 @@ from runs import notify
 from runs.models import Control, Run
 from runs.runner import connections, leases
 from runs.runner.agents import AgentPool, AgentProcess
+from runs.runner.claims import Claimed, aclaim_run, claim_run, unstarted_runs
 from runs.runner.connections import LoopConnection, revived
-from runs.runner.execution import Claimed, RunExecution, aclaim_and_start, claim_and_start, unstarted_claims
+from runs.runner.execution import RunExecution
 from runs.runner.jobs import JobLoop
+from runs.runner.session_rows import store_commands
 from runs.runner.translate import Translator
 from runs.runner.writer import group_commit
 from runs.turns import do_mark_interrupted
@@ -42,7 +47,7 @@ from runs.turns import do_mark_interrupted
 log = logging.getLogger(__name__)
 
 # After a claim that failed on its connection, the next try comes this soon at the latest: a
-# claim that committed unanswered has taken a run only this runner can start (_claim).
+# claim that committed unanswered has taken a run only this runner can start.
 CLAIM_RETRY_SECONDS = 0.5
 
 
@@ -73,6 +78,8 @@ class Failing:
 
 
 class RunnerProcess:
+    """One runner: its loops, its agent processes and the executions of the runs it holds."""
+
     def __init__(self, runner_id: str | None = None) -> None:
         self.runner_id = runner_id or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.pool = AgentPool()
@@ -85,7 +92,7 @@ class RunnerProcess:
         self._wake = asyncio.Event()
         self._controls_wake = asyncio.Event()
         self._background: set[asyncio.Task[Any]] = set()
-        self._claim_conn = LoopConnection()  # PostgreSQL: claims from this loop (leases.aclaim_postgres)
+        self._claim_conn = LoopConnection()  # PostgreSQL: claims from this loop (claims.aclaim_run)
         self.poll = settings.HERMESWEB_RUNNER_POLL_SECONDS
         self.lease = settings.HERMESWEB_LEASE_SECONDS
         self._claims = Failing("claiming")
@@ -95,10 +102,12 @@ class RunnerProcess:
         self._controls = Failing("reading controls")
 
     def wake(self) -> None:
+        """Claim now, and read controls now."""
         self._wake.set()
         self._controls_wake.set()
 
     def poke_controls(self) -> None:
+        """Read controls now."""
         self._controls_wake.set()
 
     async def run(self) -> None:
@@ -116,7 +125,7 @@ class RunnerProcess:
             asyncio.ensure_future(self._lease_loop()),
             asyncio.ensure_future(self._control_loop()),
             asyncio.ensure_future(self._doorbell_loop()),
-            asyncio.ensure_future(JobLoop(self).run()),  # session discovery/import (runs/runner/jobs.py)
+            asyncio.ensure_future(JobLoop(self).run()),
         ]
         await self.stopping.wait()
         log.info("runner %s stopping: no new claims; %d turn(s) finishing", self.runner_id, len(self.tasks))
@@ -167,14 +176,14 @@ class RunnerProcess:
 
     async def _claim(self) -> Claimed | None:
         if not notify.runners_listen():
-            return await sync_to_async(revived(claim_and_start))(self.runner_id)
-        # PostgreSQL: on a connection of our own, in this loop (leases.aclaim_postgres).
+            return await sync_to_async(revived(claim_run))(self.runner_id)
+        # PostgreSQL: on a connection of our own, in this loop.
         now = timezone.now()
         try:
             conn = await self._claim_conn.get()
             if self._claims_in_doubt:
                 await self._start_unstarted_claims()
-            return await aclaim_and_start(self.runner_id, conn, now)
+            return await aclaim_run(self.runner_id, conn, now)
         except Exception:
             # The claim may have committed with its answer lost: before claiming again, the
             # next try starts any run it took (_start_unstarted_claims). Otherwise that run
@@ -185,14 +194,14 @@ class RunnerProcess:
 
     async def _start_unstarted_claims(self) -> None:
         doubted = list(self._claims_in_doubt)
-        found = await sync_to_async(revived(unstarted_claims))(self.runner_id, doubted, list(self.executions))
+        found = await sync_to_async(revived(unstarted_runs))(self.runner_id, doubted, list(self.executions))
         for claimed in found:
-            log.warning("run %s: taken by a claim whose answer was lost; starting it", claimed.ctx["run_id"])
+            log.warning("run %s: taken by a claim whose answer was lost; starting it", claimed.context.run_id)
             self._start(claimed)
         del self._claims_in_doubt[: len(doubted)]
 
     def _start(self, claimed: Claimed) -> None:
-        execution = RunExecution(self, claimed)
+        execution = RunExecution(self, claimed.context)
         run_id = execution.run_id
         self.executions[run_id] = execution
         task = asyncio.ensure_future(execution.execute())
@@ -237,8 +246,8 @@ class RunnerProcess:
                     controls = await sync_to_async(revived(_pending_controls))(list(self.executions))
                     for control in controls:
                         execution = self.executions.get(control.run_id)
-                        if execution is not None and control.pk not in execution.applying:
-                            execution._spawn(execution.apply_control(control))
+                        if execution is not None:
+                            execution.start_control(control)
                 self._controls.worked()
             except Exception:
                 self._controls.failed()
@@ -297,19 +306,10 @@ class RunnerProcess:
             # Written here only if a session already holds this agent session id (not yet, during
             # session/new): the next run of it compares its commands with nothing and writes them.
             process.stored_commands.pop(session_id, None)
-            task = asyncio.ensure_future(sync_to_async(_store_commands)(session_id, translator.commands))
+            task = asyncio.ensure_future(sync_to_async(store_commands)(session_id, translator.commands))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
 
 
 def _pending_controls(run_ids: list[int]) -> list[Control]:
     return list(Control.objects.pending().filter(run_id__in=run_ids).order_by("created_at", "id"))
-
-
-def _store_commands(agent_session_id: str, commands: list[dict[str, Any]]) -> None:
-    from projects.models import Session
-    from runs import notify
-
-    for session_id in Session.objects.filter(agent_session_id=agent_session_id).values_list("pk", flat=True):
-        Session.objects.filter(pk=session_id).update(commands=commands)
-        notify.publish_session_changed(session_id)

@@ -1,4 +1,4 @@
-"""`python manage.py runner`: execute queued runs outside the web process."""
+"""`python manage.py runner`: execute queued runs outside the web process (docs/runner.md)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,99 @@
+"""What a claim hands to an execution: the claimed run, and the usage baseline of its agent.
+
+Design note: docs/runner.md ("Claiming and serialising"). runs/runner/leases.py takes the
+run (one statement on PostgreSQL); this module adds what executing it needs beyond the
+claimed row and is what the runner process calls to claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from runs.models import Run
+from runs.runner import leases
+from runs.runner.leases import ClaimedRun
+
+if TYPE_CHECKING:
+    import psycopg
+
+
+@dataclass(frozen=True)
+class RunContext(ClaimedRun):
+    """A claimed run with what executing it needs beyond its row."""
+
+    # The agent reports a running session total (Hermes): a turn's usage is the difference
+    # with `previous_usage_total`, the total the session's previous turn ended with.
+    cumulative_usage: bool = False
+    previous_usage_total: dict[str, Any] | None = None
+
+
+class Claimed(NamedTuple):
+    """A run this runner took, ready to execute."""
+
+    context: RunContext
+    more: bool = False  # another queued run was seen: claim again at once
+
+
+def claim_run(runner_id: str) -> Claimed | None:
+    """Claim the oldest queued run and read what executing it needs; on PostgreSQL one statement.
+
+    The claim commits before the agent is prompted. `run.started` is the execution's first
+    event, written by the run's writer while the agent is prompted rather than in the
+    claim's transaction, a commit fewer before the first token; a runner that dies before
+    writing it leaves a claimed run that the reaper marks interrupted, like any other.
+    """
+    claim = leases.claim_in_transaction(runner_id)
+    if claim.run is None:
+        return None
+    return Claimed(run_context(claim.run), claim.more)
+
+
+async def aclaim_run(
+    runner_id: str, conn: psycopg.AsyncConnection[Any], now: datetime | None = None
+) -> Claimed | None:
+    """claim_run on PostgreSQL on the runner's own connection, without leaving its event loop."""
+    claim = await leases.aclaim_postgres(conn, runner_id, now)
+    if claim.run is None:
+        return None
+    cumulative = _cumulative_usage(claim.run)
+    previous = await sync_to_async(_previous_usage_total)(claim.run) if cumulative else None
+    return Claimed(_context(claim.run, cumulative, previous), claim.more)
+
+
+def unstarted_runs(
+    runner_id: str, claimed_at: Collection[datetime], running: Collection[int]
+) -> list[Claimed]:
+    """The runs claims took whose answers never arrived, ready to start (leases.unstarted_claims)."""
+    found = leases.unstarted_claims(runner_id, claimed_at, running)
+    return [Claimed(run_context(claimed)) for claimed in found]
+
+
+def run_context(claimed: ClaimedRun) -> RunContext:
+    """`claimed` with what executing it needs (a read of the previous turn only if the agent needs it)."""
+    cumulative = _cumulative_usage(claimed)
+    return _context(claimed, cumulative, _previous_usage_total(claimed) if cumulative else None)
+
+
+def _context(claimed: ClaimedRun, cumulative: bool, previous: dict[str, Any] | None) -> RunContext:
+    return RunContext(**vars(claimed), cumulative_usage=cumulative, previous_usage_total=previous)
+
+
+def _cumulative_usage(claimed: ClaimedRun) -> bool:
+    spec = settings.HERMESWEB_AGENTS.get(claimed.agent)
+    return bool(spec and spec.cumulative_usage)
+
+
+def _previous_usage_total(claimed: ClaimedRun) -> dict[str, Any] | None:
+    previous = (
+        Run.objects.filter(session_id=claimed.session_id, finished_at__isnull=False)
+        .exclude(pk=claimed.run_id)
+        .order_by("-finished_at")
+        .first()
+    )
+    return (previous.usage or {}).get("session_total") if previous else None
