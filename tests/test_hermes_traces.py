@@ -129,7 +129,7 @@ def journal_turn(turn: Turn, previous_total: dict[str, Any] | None) -> list[dict
         usage = per_turn_usage(turn.result.get("usage"), previous_total, CUMULATIVE)
         cancelled = stop_reason == "cancelled" or turn.cancelled
         events += [
-            *translator.finish(),
+            *translator.finish("cancelled" if cancelled else "turn_end"),
             NewEvent(EventType.USAGE_FINAL, {**usage, "context": translator.usage}),
             done_event(
                 RunStatus.CANCELLED if cancelled else RunStatus.COMPLETED,
@@ -139,7 +139,7 @@ def journal_turn(turn: Turn, previous_total: dict[str, Any] | None) -> list[dict
         ]
     elif turn.cancelled:  # Hermes 0.19 fails a prompt cancelled mid-tool with -32603
         events += [
-            *translator.finish(),
+            *translator.finish("cancelled"),
             done_event(
                 RunStatus.CANCELLED,
                 stop_reason="cancelled",
@@ -149,7 +149,7 @@ def journal_turn(turn: Turn, previous_total: dict[str, Any] | None) -> list[dict
     else:
         message = f"The agent failed the turn: {turn.error}"
         events += [
-            *translator.finish(),
+            *translator.finish("failed"),
             NewEvent(EventType.ERROR, {"code": "agent_error", "message": message, "terminal": True}),
             done_event(RunStatus.FAILED, reason=message, code="agent_error"),
         ]

@@ -261,7 +261,7 @@ class RunExecution:
             else RunStatus.COMPLETED
         )
         final = [
-            *self.translator.finish(),
+            *self.translator.finish("cancelled" if state == RunStatus.CANCELLED else "turn_end"),
             *self.requests.cancel_all("turn ended"),
             NewEvent(EventType.USAGE_FINAL, {**usage, "context": self.translator.usage}),
             done_event(state, stop_reason=stop_reason, usage=usage),
@@ -300,7 +300,7 @@ class RunExecution:
 
     async def _fail(self, code: str, message: str) -> None:
         final = [
-            *self.translator.finish(),
+            *self.translator.finish("failed"),
             *self.requests.cancel_all("run failed"),
             NewEvent(EventType.ERROR, {"code": code, "message": message, "terminal": True}),
             done_event(RunStatus.FAILED, reason=message, code=code),
@@ -309,7 +309,7 @@ class RunExecution:
 
     async def _finish_cancelled(self, reason: str) -> None:
         final = [
-            *self.translator.finish(),
+            *self.translator.finish("cancelled"),
             *self.requests.cancel_all("cancelled"),
             done_event(RunStatus.CANCELLED, stop_reason="cancelled", reason=reason),
         ]

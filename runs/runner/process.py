@@ -39,7 +39,7 @@ from runs.runner.claims import Claimed, aclaim_run, claim_run, unstarted_runs
 from runs.runner.connections import LoopConnection, revived
 from runs.runner.execution import RunExecution
 from runs.runner.jobs import JobLoop
-from runs.runner.session_rows import store_commands
+from runs.runner.session_rows import store_between_turns
 from runs.runner.translate import Translator
 from runs.runner.writer import group_commit
 from runs.turns import do_mark_interrupted
@@ -299,16 +299,19 @@ class RunnerProcess:
         await sync_to_async(leases.heartbeat)(self.runner_id, self.capabilities)
 
     def _orphan_update(self, process: AgentProcess, session_id: str, update: Any) -> None:
-        """Updates after a turn ended (Hermes sends commands/usage late): keep the commands."""
+        """Updates after a turn ended (Hermes sends its title and commands late): keep them."""
         translator = Translator()
         translator.translate(update)
+        if translator.commands is None and not translator.title:
+            return
         if translator.commands is not None:
             # Written here only if a session already holds this agent session id (not yet, during
             # session/new): the next run of it compares its commands with nothing and writes them.
             process.stored_commands.pop(session_id, None)
-            task = asyncio.ensure_future(sync_to_async(store_commands)(session_id, translator.commands))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
+        store = sync_to_async(store_between_turns)
+        task = asyncio.ensure_future(store(session_id, translator.title, translator.commands))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
 
 def _pending_controls(run_ids: list[int]) -> list[Control]:

@@ -33,8 +33,9 @@ def store_session_meta(session_id: int, title: str | None, commands: list[dict[s
     notify.publish_session_changed(session_id)
 
 
-def store_commands(agent_session_id: str, commands: list[dict[str, Any]]) -> None:
-    """Commands an agent sent between turns, for every session on that agent session."""
+def store_between_turns(
+    agent_session_id: str, title: str | None, commands: list[dict[str, Any]] | None
+) -> None:
+    """A title or commands an agent sent after its turn ended, for every session on that agent session."""
     for session_id in Session.objects.filter(agent_session_id=agent_session_id).values_list("pk", flat=True):
-        Session.objects.filter(pk=session_id).update(commands=commands)
-        notify.publish_session_changed(session_id)
+        store_session_meta(session_id, title, commands)

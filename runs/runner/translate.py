@@ -245,11 +245,16 @@ class Translator:
         self.commands = commands
         return []
 
-    def finish(self) -> list[NewEvent]:
-        """Close what the agent left open: reasoning, and tool calls it never completed (Hermes)."""
+    def finish(self, ended: str = "turn_end") -> list[NewEvent]:
+        """Close what the agent left open: reasoning, and tool calls it never completed (Hermes).
+
+        At a turn's normal end such a call is done (Hermes never completes some tools); a
+        turn that was cancelled or failed interrupted it, so it closes as failed.
+        """
         events = self._close_reasoning()
+        status = "completed" if ended == "turn_end" else "failed"
         for tool_id in list(self.open_tools):
-            events.append(self._done(tool_id, "completed", closed_by="turn_end"))
+            events.append(self._done(tool_id, status, closed_by=ended))
         return events
 
 
