@@ -1,9 +1,11 @@
 """The admin is the operators' diagnostics console (docs/operations.md).
 
 Only staff reach it (Django's admin site requires `is_staff`). Every staff
-member may look at everything — as in the API, where staff see every
-project — while changing rows still needs Django's model permissions; the
-journal itself is never editable.
+member may look at everything here — the admin is the one place where staff
+see other users' objects; the API, the pages and the socket show staff only
+their own (docs/security.md, "Between users"). Acting needs Django's model
+permissions: changing a row, and every action (`permissions=` on
+`@admin.action`; superusers hold them all). The journal is never editable.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
         # The raw value can be shown only once, at creation: tokens come from `manage.py create_token`.
         return False
 
-    @admin.action(description="Revoke selected tokens")
+    @admin.action(description="Revoke selected tokens", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")

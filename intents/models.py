@@ -36,7 +36,8 @@ class PendingIntentQuerySet(models.QuerySet["PendingIntent"]):
         return self.filter(state=IntentState.WAITING)
 
     def visible_to(self, user: Any) -> PendingIntentQuerySet:
-        return self if user.is_staff else self.filter(session__project__owner=user)
+        # The user's own, staff too: staff act on others' objects only through the admin.
+        return self.filter(session__project__owner=user)
 
 
 class PendingIntent(models.Model):

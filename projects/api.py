@@ -60,7 +60,7 @@ def with_active_run(sessions: QuerySet[Session]) -> QuerySet[Session]:
 
 @router.get("/projects", response=list[ProjectOut], tags=["projects"])
 def list_projects(request: HttpRequest) -> QuerySet[Project]:
-    """Your projects (staff: everyone's)."""
+    """Your own projects (staff too; others' are in the admin)."""
     return Project.objects.visible_to(request.auth)
 
 

@@ -22,8 +22,8 @@ class RunningDefault(models.TextChoices):
 
 class ProjectQuerySet(models.QuerySet["Project"]):
     def visible_to(self, user: Any) -> ProjectQuerySet:
-        if user.is_staff:
-            return self
+        # The user's own, staff and superusers included: staff act on others' objects only
+        # through the admin, with its model permissions (docs/security.md, "Staff").
         return self.filter(owner=user)
 
 
@@ -56,7 +56,7 @@ class Project(models.Model):
 
 class WorkflowQuerySet(models.QuerySet["Workflow"]):
     def visible_to(self, user: Any) -> WorkflowQuerySet:
-        return self if user.is_staff else self.filter(project__owner=user)
+        return self.filter(project__owner=user)  # staff too, as ProjectQuerySet.visible_to
 
 
 class Workflow(models.Model):
@@ -98,7 +98,7 @@ class SessionStatus(models.TextChoices):
 
 class SessionQuerySet(models.QuerySet["Session"]):
     def visible_to(self, user: Any) -> SessionQuerySet:
-        return self if user.is_staff else self.filter(project__owner=user)
+        return self.filter(project__owner=user)  # staff too, as ProjectQuerySet.visible_to
 
     def lock(self, session_id: int, *, visible_to: Any | None = None) -> Session:
         """Serialise every decision about one session's turns. Call inside atomic().

@@ -187,7 +187,20 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
     # ------------------------------------------------------------ actions
 
-    @admin.action(description="Mark interrupted (journals error + done)", location=BOTH)
+    # Viewing the console needs only staff (StaffViewMixin); an action needs a model permission,
+    # checked by Django as it lists and as it runs the actions (superusers hold every one).
+    def has_mark_interrupted_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("runs.change_run")
+
+    def has_export_journal_permission(self, request: HttpRequest) -> bool:
+        # As Django's own admin, change implies view.
+        return request.user.has_perm("runs.view_run") or request.user.has_perm("runs.change_run")
+
+    @admin.action(
+        description="Mark interrupted (journals error + done)",
+        location=BOTH,
+        permissions=["mark_interrupted"],
+    )
     def mark_interrupted(self, request: HttpRequest, queryset: QuerySet[Run]) -> None:
         alive = set(Runner.objects.alive().values_list("pk", flat=True))
         reason = f"marked interrupted by {request.user.get_username()} from the admin"
@@ -211,7 +224,9 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
             )
         self.message_user(request, " ".join(parts))
 
-    @admin.action(description="Export journal (JSONL envelopes)", location=BOTH)
+    @admin.action(
+        description="Export journal (JSONL envelopes)", location=BOTH, permissions=["export_journal"]
+    )
     def export_journal(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse:
         sessions = dict(queryset.order_by("pk").values_list("pk", "session_id"))
         events = JournalEvent.objects.filter(run_id__in=sessions).order_by("run_id", "seq")

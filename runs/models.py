@@ -62,7 +62,8 @@ class RunQuerySet(models.QuerySet["Run"]):
         return self.executing().filter(Q(lease_expires_at__lt=now) | Q(lease_expires_at__isnull=True))
 
     def visible_to(self, user: Any) -> RunQuerySet:
-        return self if user.is_staff else self.filter(session__project__owner=user)
+        # The user's own, staff too: staff act on others' runs only through the admin.
+        return self.filter(session__project__owner=user)
 
 
 class Run(models.Model):
@@ -294,7 +295,7 @@ class AgentJobState(models.TextChoices):
 
 class AgentJobQuerySet(models.QuerySet["AgentJob"]):
     def visible_to(self, user: Any) -> AgentJobQuerySet:
-        return self if user.is_staff else self.filter(project__owner=user)
+        return self.filter(project__owner=user)  # staff too, as RunQuerySet.visible_to
 
 
 class AgentJob(models.Model):

@@ -286,7 +286,8 @@ def new_turn_in_one_statement(
         source_meta=source_meta or {},
     )
     fields = _run_insert_fields()
-    check_owner = viewer is not None and not viewer.is_staff
+    # The viewer's own sessions only, staff too (SessionQuerySet.visible_to, as the full path).
+    check_owner = viewer is not None
     params: list[Any] = [session_id, *([viewer.pk] if check_owner else []), SessionStatus.ARCHIVED]
     params += [client_id, client_id, *ACTIVE_STATUSES]
     condition = ""

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.admin import helpers
+from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
@@ -23,6 +24,16 @@ RUNS = "/admin/runs/run/"
 @pytest.fixture
 def console(staff_user: Any) -> Client:
     """A staff member without any model permission: being staff is what opens the console."""
+    client = Client()
+    client.force_login(staff_user)
+    return client
+
+
+@pytest.fixture
+def operator(staff_user: Any) -> Client:
+    """The same staff member granted `runs.change_run`, which the run actions need (viewing does not)."""
+    change_run = Permission.objects.get(codename="change_run", content_type__app_label="runs")
+    staff_user.user_permissions.add(change_run)
     client = Client()
     client.force_login(staff_user)
     return client
@@ -140,11 +151,11 @@ def test_the_interrupted_and_failed_filters(console: Client) -> None:
 # ---------------------------------------------------------------- actions
 
 
-def test_mark_interrupted_journals_error_and_done_and_leaves_finished_runs_alone(console: Client) -> None:
+def test_mark_interrupted_journals_error_and_done_and_leaves_finished_runs_alone(operator: Client) -> None:
     stale = executing_run(-60)
     done = finished_run()
     before = list(JournalEvent.objects.filter(run=done).values_list("seq", "type"))
-    response = act(console, "mark_interrupted", [stale, done])
+    response = act(operator, "mark_interrupted", [stale, done])
     assert response.status_code == 200
     message = " ".join(str(m) for m in response.context["messages"])
     assert "Marked 1 run(s) interrupted." in message and "1 had already finished" in message
@@ -158,17 +169,17 @@ def test_mark_interrupted_journals_error_and_done_and_leaves_finished_runs_alone
     assert list(JournalEvent.objects.filter(run=done).values_list("seq", "type")) == before
 
 
-def test_mark_interrupted_twice_writes_one_terminal_event(console: Client) -> None:
+def test_mark_interrupted_twice_writes_one_terminal_event(operator: Client) -> None:
     stale = executing_run(-60)
-    act(console, "mark_interrupted", [stale])
-    act(console, "mark_interrupted", [stale])
+    act(operator, "mark_interrupted", [stale])
+    act(operator, "mark_interrupted", [stale])
     assert JournalEvent.objects.filter(run=stale, terminal=True).count() == 1
 
 
-def test_export_journal_downloads_the_envelopes_of_the_selected_runs(console: Client) -> None:
+def test_export_journal_downloads_the_envelopes_of_the_selected_runs(operator: Client) -> None:
     first, second = finished_run(), finished_run("failed")
     finished_run()  # not selected
-    response = act(console, "export_journal", [second, first])
+    response = act(operator, "export_journal", [second, first])
     assert response.status_code == 200
     assert response["Content-Type"] == "application/x-ndjson"
     assert response["Content-Disposition"].startswith('attachment; filename="journal-')
@@ -277,11 +288,11 @@ def test_a_session_page_lists_its_runs_and_its_intents(console: Client, session:
     assert "Then run the tests." in body
 
 
-def test_a_stale_run_can_be_marked_interrupted_from_its_own_page(console: Client) -> None:
+def test_a_stale_run_can_be_marked_interrupted_from_its_own_page(operator: Client) -> None:
     stale = executing_run(-60)
-    page = console.get(f"{RUNS}{stale.pk}/change/")
+    page = operator.get(f"{RUNS}{stale.pk}/change/")
     assert "Mark interrupted" in page.content.decode()
-    response = console.post(
+    response = operator.post(
         f"{RUNS}{stale.pk}/change/",
         {"CHANGE_FORM-action": "mark_interrupted", helpers.ACTION_CHECKBOX_NAME: [stale.pk]},
     )

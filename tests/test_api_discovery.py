@@ -103,11 +103,11 @@ def test_someone_elses_project_and_jobs_are_not_found(api: Client, other_user: A
     assert AgentJob.objects.count() == 1
 
 
-def test_staff_see_every_job(project: Any, staff_user: Any) -> None:
+def test_staff_see_only_their_own_jobs(project: Any, staff_user: Any) -> None:
     job = AgentJob.objects.create(project=project, kind=AgentJobKind.LIST_SESSIONS)
     client = Client()
     client.force_login(staff_user)
-    assert client.get(f"/api/jobs/{job.pk}").status_code == 200
+    assert client.get(f"/api/jobs/{job.pk}").status_code == 404
 
 
 @pytest.mark.parametrize("value", ["", "x" * 201, None])

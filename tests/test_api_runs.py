@@ -93,9 +93,9 @@ def test_someone_elses_run_is_a_404(api: Client, other_user: Any, suffix: str) -
     assert theirs.status == RunStatus.RUNNING
 
 
-def test_staff_may_read_anyones_run(staff_user: Any, other_user: Any) -> None:
+def test_staff_may_not_read_anyone_elses_run(staff_user: Any, other_user: Any) -> None:
     theirs = RunFactory(session=SessionFactory(project=ProjectFactory(owner=other_user)))
-    assert token_client(staff_user).get(f"/api/runs/{theirs.pk}").status_code == 200
+    assert token_client(staff_user).get(f"/api/runs/{theirs.pk}").status_code == 404
 
 
 @pytest.mark.parametrize("pk", ["0", str(2**63), str(10**30)])

@@ -117,9 +117,9 @@ def test_someone_elses_project_sessions_are_a_404(api: Client, other_user: Any) 
     assert api.post(f"/api/projects/{theirs.pk}/sessions", {}, content_type=JSON).status_code == 404
 
 
-def test_staff_may_read_anyones_session(staff_user: Any, other_user: Any) -> None:
+def test_staff_may_not_read_anyone_elses_session(staff_user: Any, other_user: Any) -> None:
     theirs = SessionFactory(project=ProjectFactory(owner=other_user))
-    assert token_client(staff_user).get(f"/api/sessions/{theirs.pk}").status_code == 200
+    assert token_client(staff_user).get(f"/api/sessions/{theirs.pk}").status_code == 404
 
 
 # ---------------------------------------------------------------- messages

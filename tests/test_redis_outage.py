@@ -257,10 +257,9 @@ def test_a_hung_redis_loses_no_event_but_holds_the_runners_journal_writes(
 ) -> None:
     """Redis frozen (SIGSTOP) rather than dead: connections open, no answers.
 
-    Promised and asserted: nothing lost or repeated, health says so. Measured, not asserted (a
-    known gap, docs/reliability.md): the runner awaits each publish after each journal commit, so
-    its writes wait for the socket timeout (redis-py's default 5 s; REDIS_URL's `socket_timeout`
-    option). `HERMESWEB_TEST_REDIS_URL_OPTIONS=socket_timeout=1` measures with that option.
+    Promised and asserted: nothing lost or repeated, health says so, and the runner's journal
+    writes go on: a publish waits at most runs.notify.PUBLISH_TIMEOUT_SECONDS, then publishes
+    are skipped until a background probe finds Redis back.
     """
     options = os.environ.get("HERMESWEB_TEST_REDIS_URL_OPTIONS", "")
     if options:
@@ -296,6 +295,8 @@ def test_a_hung_redis_loses_no_event_but_holds_the_runners_journal_writes(
     viewer.wait_terminal(slow.pk, timeout=30)
     assert_journal_well_formed(slow)
     checked = assert_matches_journal(viewer, [slow.pk]).checked
+    # One publish timed out (about a second of the window); the rest of the window streamed.
+    assert hung >= normal / 3, (normal, hung)
     print(
         f"FIGURE redis_hung (REDIS_URL options {options or 'none'}): journal writes/s of a streaming "
         f"run before {normal:.1f}, while Redis is stopped {hung:.1f}, after {after:.1f}; health 503 in "

@@ -93,9 +93,9 @@ def signed_out(user: Any, other: Any, staff: Any) -> dict[str, Any]:
 CASES = [
     Case("idle", idle, True),
     Case("after an ended run", an_ended_run_before, True),
-    Case("staff on another user's session", staff_on_someone_elses, True),
     Case("signed in (socket guard)", signed_in, True),
     Case("another user's session", someone_elses, False),
+    Case("staff on another user's session", staff_on_someone_elses, False),
     Case("archived", archived, False),
     Case("client id of an ended run", client_id_of_an_ended_run, False),
     Case("client id of an intent", client_id_of_an_intent, False),
