@@ -169,13 +169,6 @@ def test_a_killed_hermes_fails_its_turn_once_and_the_next_turn_reloads_the_sessi
     print(f"FIGURE agent_killed hermes: SIGKILL -> run failed in {took:.2f} s")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AttributeError,
-    reason="product bug: runs/demo_agent/store.py StoredSession.append reads last['content'] as a dict; "
-    "a session saved while a permission was pending ends with a tool_call whose content is a list, "
-    "so its next prompt fails (agent_error 'Internal error'). Remove this mark when fixed.",
-)
 def test_the_demo_agent_takes_the_next_turn_of_a_session_killed_while_awaiting_approval() -> None:
     """Found by the scale-out test: an `approve` turn whose runner (or agent) was killed while
     the permission was pending leaves the tool call last in the saved history; the session's next

@@ -70,9 +70,13 @@ class StoredSession:
                 and last.get("messageId") is not None
                 and last.get("messageId") == update.get("messageId")
             )
+            # A tool call's content is a list: only two text blocks merge.
+            last_content, content = last.get("content"), update.get("content")
             both_text = (
-                last.get("content", {}).get("type") == "text"
-                and update.get("content", {}).get("type") == "text"
+                isinstance(last_content, dict)
+                and isinstance(content, dict)
+                and last_content.get("type") == "text"
+                and content.get("type") == "text"
             )
             if same_message and both_text:
                 if self._open_text is None:

@@ -34,8 +34,35 @@ def _lease_until() -> timezone.datetime:
     return timezone.now() + timedelta(seconds=settings.HERMESWEB_LEASE_SECONDS)
 
 
+class RunnerIdInUse(Exception):
+    """Another runner that is alive holds this id: two runners must never share one (leases)."""
+
+
 def register_runner(runner_id: str) -> Runner:
-    return Runner.objects.create(id=runner_id, host=socket.gethostname(), pid=os.getpid())
+    """Register this process under `runner_id`; an id whose runner stopped or went silent is reused.
+
+    A fixed id (`runner --id`, one per systemd instance) survives restarts; an id whose
+    runner still heartbeats raises RunnerIdInUse.
+    """
+    with transaction.atomic():
+        existing = Runner.objects.select_for_update().filter(pk=runner_id).first()
+        if existing is None:
+            return Runner.objects.create(id=runner_id, host=socket.gethostname(), pid=os.getpid())
+        if Runner.objects.alive().filter(pk=runner_id).exists():
+            raise RunnerIdInUse(
+                f"runner id {runner_id!r} is in use by pid {existing.pid} on {existing.host} "
+                "(it heartbeats); stop it or choose another id"
+            )
+        now = timezone.now()
+        previous_pid = existing.pid
+        existing.host, existing.pid = socket.gethostname(), os.getpid()
+        existing.started_at, existing.heartbeat_at, existing.stopped_at = now, now, None
+        existing.save()
+    # Its previous process's runs are ours by name only, and a reaper skips its own id.
+    for run in Run.objects.executing().filter(lease_owner=runner_id):
+        reason = f"runner {runner_id} (pid {previous_pid}) stopped while the turn was executing"
+        do_mark_interrupted(run, reason, code="runner_lost")
+    return existing
 
 
 def heartbeat(runner_id: str, capabilities: dict | None = None) -> None:

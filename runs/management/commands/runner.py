@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
+from runs.runner.leases import RunnerIdInUse
 from runs.runner.process import RunnerProcess
 
 
@@ -18,7 +19,15 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--id", dest="runner_id", help="Runner id (default: host-pid-random).")
+        parser.add_argument(
+            "--id",
+            dest="runner_id",
+            help="Runner id (default: host-pid-random). A fixed id is reused across restarts; "
+            "the previous process's unfinished runs are interrupted when it starts.",
+        )
 
     def handle(self, *args: Any, runner_id: str | None = None, **options: Any) -> None:
-        asyncio.run(RunnerProcess(runner_id).run())
+        try:
+            asyncio.run(RunnerProcess(runner_id).run())
+        except RunnerIdInUse as exc:
+            raise CommandError(str(exc)) from None
