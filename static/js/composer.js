@@ -17,6 +17,8 @@ export class Composer {
     this.paletteIndex = 0;
     this.paletteItems = [];
     this.disabledReason = null;
+    this.narrow = window.matchMedia('(max-width: 800px)');
+    this.narrow.addEventListener('change', () => this.render());
 
     this.textarea = root.querySelector('textarea');
     this.sendButton = root.querySelector('[data-role=send]');
@@ -92,7 +94,9 @@ export class Composer {
         ? this.mode === 'steer'
           ? 'Guide the running agent (Steer)…'
           : 'Queue a message for after this run…'
-        : 'Message the agent — Enter to send, Shift+Enter for a new line, / for commands';
+        : this.narrow.matches
+          ? 'Message the agent (/ for commands)'
+          : 'Message the agent — Enter to send, Shift+Enter for a new line, / for commands';
   }
 
   autosize() {
@@ -138,6 +142,17 @@ export class Composer {
     this.onSend(text, mode);
   }
 
+  focus() {
+    this.textarea.focus();
+    const end = this.textarea.value.length;
+    this.textarea.setSelectionRange(end, end);
+  }
+
+  // Nothing typed and no palette open: a key pressed here is not part of typing a message.
+  idle(target) {
+    return target === this.textarea && !this.textarea.value && this.palette.hidden;
+  }
+
   // Put text back (a refused message), so nothing the user wrote is lost.
   restore(text) {
     if (!this.textarea.value.trim()) this.textarea.value = text;
@@ -167,7 +182,6 @@ export class Composer {
 
   renderPalette() {
     this.palette.hidden = false;
-    this.textarea.setAttribute('aria-expanded', 'true');
     this.palette.replaceChildren(
       ...this.paletteItems.map((command, index) =>
         h(
@@ -195,7 +209,6 @@ export class Composer {
     this.palette.hidden = true;
     this.paletteItems = [];
     this.paletteIndex = 0;
-    this.textarea.setAttribute('aria-expanded', 'false');
     this.textarea.removeAttribute('aria-activedescendant');
   }
 

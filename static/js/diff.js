@@ -54,27 +54,116 @@ export function lineDiff(oldText, newText) {
   return out;
 }
 
-export function renderDiff(block) {
+// Paths under the project's directory are shown relative to it (the whole path in a tooltip).
+let root = '';
+export function setDiffRoot(path) {
+  root = path ? path.replace(/\/+$/, '') + '/' : '';
+}
+
+function shownPath(path) {
+  return root && path.startsWith(root) && path.length > root.length ? path.slice(root.length) : path;
+}
+
+// Unchanged lines kept around each change; longer unchanged runs fold into one row.
+export const CONTEXT = 3;
+
+// Number the lines and fold long unchanged runs: rows of {op, text, oldNo, newNo} and
+// {fold: key, hidden: rows} (key: the fold's index, for remembering it was opened).
+export function diffRows(lines, context = CONTEXT) {
+  let oldNo = 0;
+  let newNo = 0;
+  const numbered = lines.map((line) => {
+    if (line.op !== '+') oldNo++;
+    if (line.op !== '-') newNo++;
+    return { ...line, oldNo: line.op === '+' ? null : oldNo, newNo: line.op === '-' ? null : newNo };
+  });
+  const changed = numbered.map((line) => line.op !== ' ');
+  const near = new Array(numbered.length).fill(false);
+  numbered.forEach((_, i) => {
+    if (!changed[i]) return;
+    for (let j = Math.max(0, i - context); j <= Math.min(numbered.length - 1, i + context); j++) near[j] = true;
+  });
+  const rows = [];
+  let run = [];
+  let folds = 0;
+  const flushRun = () => {
+    // A fold must hide more than the row that stands for it.
+    if (run.length > 1) rows.push({ fold: folds++, hidden: run });
+    else rows.push(...run);
+    run = [];
+  };
+  numbered.forEach((line, i) => {
+    if (near[i] || changed[i]) {
+      flushRun();
+      rows.push(line);
+    } else {
+      run.push(line);
+    }
+  });
+  flushRun();
+  return rows;
+}
+
+function lineRow(line) {
+  const kind = line.op === '+' ? 'add' : line.op === '-' ? 'del' : 'ctx';
+  return h(
+    'span',
+    { class: `line ${kind}` },
+    h('span', { class: 'ln ln-old', 'aria-hidden': 'true', text: line.oldNo ?? '' }),
+    h('span', { class: 'ln ln-new', 'aria-hidden': 'true', text: line.newNo ?? '' }),
+    h('span', { class: 'op', text: line.op === ' ' ? ' ' : line.op }),
+    h('span', { class: 'code', text: `${line.text}\n` }),
+  );
+}
+
+// `folds`: {isOpen(key), toggle(key)} — kept by the caller, so a redrawn card keeps what was opened.
+export function renderDiff(block, folds = null) {
   const lines = lineDiff(block.old_text ?? '', block.new_text ?? '');
   const added = lines.filter((l) => l.op === '+').length;
   const removed = lines.filter((l) => l.op === '-').length;
   const isNew = block.old_text === null || block.old_text === undefined;
+  const path = block.path || '(unnamed file)';
+  const body = h('pre', { class: 'diff-body', tabindex: '0', 'aria-label': `Diff of ${path}` });
+  for (const row of diffRows(lines)) {
+    if (row.fold === undefined) {
+      body.append(lineRow(row));
+      continue;
+    }
+    const key = `${path}#${row.fold}`;
+    if (folds?.isOpen(key)) {
+      body.append(...row.hidden.map(lineRow));
+      continue;
+    }
+    const first = row.hidden[0];
+    const last = row.hidden[row.hidden.length - 1];
+    body.append(
+      h(
+        'span',
+        { class: 'line fold' },
+        h('button', {
+          type: 'button',
+          class: 'fold-button',
+          'aria-label': `Show ${row.hidden.length} unchanged lines, ${first.newNo} to ${last.newNo}`,
+          text: `⋯ ${row.hidden.length} unchanged lines`,
+          onclick: (event) => {
+            if (folds) folds.toggle(key);
+            else event.currentTarget.parentElement.replaceWith(...row.hidden.map(lineRow));
+          },
+        }),
+        '\n',
+      ),
+    );
+  }
   return h(
     'div',
     { class: 'diff' },
     h(
       'div',
       { class: 'diff-head' },
-      h('span', { class: 'diff-path', text: block.path || '(unnamed file)' }),
+      h('span', { class: 'diff-path', title: path, text: shownPath(path) }),
       isNew ? h('span', { class: 'badge', text: 'new file' }) : null,
       h('span', { class: 'diff-stat' }, h('span', { class: 'add', text: `+${added}` }), ' ', h('span', { class: 'del', text: `-${removed}` })),
     ),
-    h(
-      'pre',
-      { class: 'diff-body' },
-      lines.map((line) =>
-        h('span', { class: line.op === '+' ? 'line add' : line.op === '-' ? 'line del' : 'line ctx' }, `${line.op} ${line.text}\n`),
-      ),
-    ),
+    body,
   );
 }

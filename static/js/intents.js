@@ -16,6 +16,11 @@ export class IntentsPanel {
     this.drafts = new Map();
     this.messages = new Map();
     this.busy = new Set();
+    // On a phone the queue folds to one summary line, so the transcript (and what waits
+    // for the user in it) keeps the screen; the summary expands it.
+    this.narrow = window.matchMedia('(max-width: 800px)');
+    this.queueOpen = false;
+    this.narrow.addEventListener('change', () => this.render());
   }
 
   setIntents(intents) {
@@ -44,11 +49,13 @@ export class IntentsPanel {
     const stopping = this.intents.filter((i) => i.state === 'stopping');
     const steering = this.intents.filter((i) => i.kind === 'steer' && i.state === 'waiting');
     const queued = this.queued();
+    const folded = this.narrow.matches && queued.length > 0;
     const cards = [
       ...stopping.map((i) => this.renderStopping(i)),
       ...steering.map((i) => this.renderSteering(i)),
-      ...queued.map((i, index) => this.renderQueued(i, index, queued.length)),
-    ];
+      folded ? this.renderSummary(queued) : null,
+      ...(folded && !this.queueOpen ? [] : queued.map((i, index) => this.renderQueued(i, index, queued.length))),
+    ].filter(Boolean);
     this.el.replaceChildren(...cards);
     this.el.hidden = cards.length === 0;
     if (focusKey) {
@@ -58,6 +65,26 @@ export class IntentsPanel {
         if (selection && again.tagName === 'TEXTAREA') again.setSelectionRange(...selection);
       }
     }
+  }
+
+  renderSummary(queued) {
+    const first = queued[0].text.split('\n')[0];
+    return h(
+      'button',
+      {
+        type: 'button',
+        class: 'queue-summary',
+        'aria-expanded': String(this.queueOpen),
+        dataset: { focusKey: 'queue-summary' },
+        onclick: () => {
+          this.queueOpen = !this.queueOpen;
+          this.render();
+        },
+      },
+      h('span', { class: 'badge badge-queue', text: `${queued.length} queued` }),
+      h('span', { class: 'queue-summary-text', text: first }),
+      h('span', { class: 'queue-summary-toggle', 'aria-hidden': 'true', text: this.queueOpen ? '▾' : '▸' }),
+    );
   }
 
   message(intent) {

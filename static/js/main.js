@@ -2,17 +2,21 @@
 
 import { api } from './api.js';
 import { Composer } from './composer.js';
+import { setDiffRoot } from './diff.js';
 import { uuid } from './dom.js';
 import { IntentsPanel } from './intents.js';
+import { installKeyMap, showKeyMap } from './keys.js';
 import { askPermissionOnce } from './notify.js';
 import { outbox } from './outbox.js';
 import { SessionController } from './session.js';
 import { alertDialog, Sidebar } from './sidebar.js';
 import { StatusLine } from './status.js';
+import { themeToggle } from './theme.js';
 
 const data = JSON.parse(document.getElementById('workbench-data').textContent);
 const root = document.getElementById('workbench');
 const $ = (role) => root.querySelector(`[data-role="${role}"]`);
+setDiffRoot(data.project?.path);
 
 const sidebar = new Sidebar(document.getElementById('sidebar'), data, {
   currentSessionId: data.session?.id ?? null,
@@ -24,11 +28,22 @@ const setNav = (open) => root.classList.toggle('nav-open', open);
 $('open-nav').addEventListener('click', () => setNav(true));
 $('close-nav').addEventListener('click', () => setNav(false));
 $('backdrop').addEventListener('click', () => setNav(false));
-document.addEventListener('keydown', (event) => {
-  if (event.key === 'Escape' && root.classList.contains('nav-open')) setNav(false);
-});
+themeToggle($('theme'));
+$('keys').addEventListener('click', () => showKeyMap());
 
 let controller = null;
+// A project edited in the sidebar: its Queue-or-Steer default applies from the next message on.
+document.addEventListener('hermesweb:project-updated', (event) => {
+  const project = event.detail;
+  if (!data.project || project.id !== data.project.id) return;
+  Object.assign(data.project, project);
+  if (controller?.project) Object.assign(controller.project, project);
+  composer.setDefaultMode(project.running_default);
+  if (!data.session) {
+    $('title').textContent = project.name;
+    document.title = `${project.name} · hermesweb`;
+  }
+});
 const status = new StatusLine($('status'), { onRetry: () => controller?.socket?.reconnectNow() });
 const composer = new Composer($('composer'), {
   onSend: (text, mode) => (controller ? controller.send(text, mode) : startSession(text)),
@@ -39,13 +54,15 @@ if (data.session) {
   const intents = new IntentsPanel($('intents'), { act: (action, intent, extra) => controller.intentAction(action, intent, extra) });
   controller = new SessionController({
     data,
-    els: { root, transcript: $('transcript'), outgoing: $('outgoing'), empty: $('empty'), scroller: $('scroller'), title: $('title') },
+    els: { root, transcript: $('transcript'), outgoing: $('outgoing'), empty: $('empty'), scroller: $('scroller'), title: $('title'), attention: $('attention') },
     status,
     composer,
     intents,
     sidebar,
   });
   window.hermesweb = controller; // for debugging from the console
+  $('prev-turn').addEventListener('click', () => controller.jump(-1));
+  $('next-turn').addEventListener('click', () => controller.jump(1));
   controller.start();
 } else if (data.project) {
   // No session yet: the first message creates one, then the session page sends it
@@ -59,6 +76,25 @@ if (data.session) {
   composer.setDisabled('Create a project first (sidebar → New project).');
   root.dataset.ready = 'true';
 }
+
+installKeyMap({
+  closeNav: () => {
+    if (!root.classList.contains('nav-open')) return false;
+    setNav(false);
+    return true;
+  },
+  composerIdle: (target) => composer.idle(target),
+  canStop: () => !!controller?.activeView(),
+  stop: () => controller?.stop(),
+  answer: (n) => {
+    const button = controller?.openApproval()?.querySelectorAll('.approval-options button')[n - 1];
+    if (!button || button.disabled) return false;
+    button.click();
+    return true;
+  },
+  focusComposer: () => composer.focus(),
+  jump: (direction) => controller?.jump(direction) ?? false,
+});
 
 async function startSession(text) {
   askPermissionOnce();

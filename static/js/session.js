@@ -43,7 +43,12 @@ export class SessionController {
     this.handlers = {
       approve: (view, item, option) => this.approve(view, item, option),
       clarify: (view, item, answer) => this.clarify(view, item, answer),
+      retry: (view) => this.retry(view),
+      edit: (view) => this.composer.restore(view.turn.prompt_text || ''),
     };
+    // Follow the stream only while the reader is at the bottom; a reader who scrolled up stays put.
+    this.stick = true;
+    els.scroller.addEventListener('scroll', () => (this.stick = this.atBottom()), { passive: true });
     composer.setDefaultMode(this.project?.running_default);
     composer.setCommands(this.session.commands || []);
     document.addEventListener('hermesweb:session-renamed', (event) => {
@@ -58,7 +63,7 @@ export class SessionController {
     this.status.setConnection('connecting');
     this.renderTitle();
     try {
-      await this.loadTranscript({ withFragments: true });
+      await this.loadTranscript({ withFragments: true, initial: true });
     } catch (error) {
       this.showLoadError(error);
     }
@@ -94,7 +99,7 @@ export class SessionController {
 
   // Merge the server's transcript: new turns are added, turns the server has
   // further along catch up from the journal, turns we are ahead on are kept.
-  async loadTranscript({ replace = false, withFragments = false } = {}) {
+  async loadTranscript({ replace = false, withFragments = false, initial = false } = {}) {
     const [transcript, fragments] = await Promise.all([
       api.transcript(this.sessionId),
       withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : Promise.resolve(new Map()),
@@ -126,7 +131,7 @@ export class SessionController {
     for (const view of this.turns.values()) this.drainBuffered(view);
     this.requestFragments();
     this.refresh();
-    this.scrollToBottom(true);
+    this.scrollToBottom(initial || replace);
   }
 
   addTurn(turn) {
@@ -274,11 +279,12 @@ export class SessionController {
 
   flush() {
     this.flushScheduled = false;
-    const follow = this.nearBottom();
-    for (const view of this.dirty) view.flush();
+    const views = [...this.dirty];
     this.dirty.clear();
+    for (const view of views) if (view.flush()) this.dirty.add(view); // a costly text, left for a later frame
     this.refresh();
-    if (follow) this.scrollToBottom();
+    this.scrollToBottom();
+    if (this.dirty.size) this.scheduleFlush();
   }
 
   requestFragments() {
@@ -296,7 +302,6 @@ export class SessionController {
       setTimeout(() => this.requestFragments(), 3000);
       return;
     }
-    const follow = this.nearBottom();
     for (const id of ids) {
       const view = this.turns.get(id);
       const section = sections.get(id);
@@ -306,7 +311,7 @@ export class SessionController {
       view.el.dataset.rendered = 'true';
       this.needsFragment.delete(id);
     }
-    if (follow) this.scrollToBottom();
+    this.scrollToBottom();
   }
 
   onFatal(reason) {
@@ -396,8 +401,39 @@ export class SessionController {
       this.composer.setDisabled(archived ? 'This session is archived; it takes no new messages.' : null);
     }
     this.intents.setActiveRun(active && active.status !== 'queued' ? active.runId : null);
+    this.renderAttention();
     this.els.root.dataset.runStatus = active ? active.status : 'idle';
     this.els.empty.hidden = this.turns.size > 0 || this.els.outgoing.childElementCount > 0;
+  }
+
+  // What waits for the user (an open approval or question) comes first: a bar above the
+  // queue and the composer that brings it into view, whatever the reader is looking at.
+  waiting() {
+    for (const view of this.orderedViews()) {
+      if (view.terminal) continue;
+      const item = view.state.items.find((i) => (i.kind === 'approval' || i.kind === 'clarify') && !i.resolved);
+      if (item) return { view, item };
+    }
+    return null;
+  }
+
+  renderAttention() {
+    const bar = this.els.attention;
+    if (!bar) return;
+    const waiting = this.waiting();
+    bar.hidden = !waiting;
+    if (!waiting) return;
+    const { view, item } = waiting;
+    const what = item.kind === 'approval' ? `Approval needed: ${item.title || 'permission requested'}` : `Question: ${item.question || 'the agent asks'}`;
+    const button = bar.querySelector('button');
+    if (button.textContent !== what) button.textContent = what;
+    button.onclick = () => {
+      const node = view.nodes.get(item);
+      if (!node) return;
+      node.scrollIntoView({ block: 'center' });
+      this.stick = this.atBottom();
+      node.querySelector('button:not(:disabled), input, textarea, select')?.focus({ preventScroll: true });
+    };
   }
 
   titleText() {
@@ -413,13 +449,67 @@ export class SessionController {
     this.sidebar.updateSession({ ...this.session, id: this.sessionId, title: this.session.title || this.agentTitle || '' });
   }
 
-  nearBottom() {
+  atBottom() {
     const el = this.els.scroller;
-    return el.scrollHeight - el.scrollTop - el.clientHeight < 120;
+    return el.scrollHeight - el.scrollTop - el.clientHeight < 24;
   }
 
+  // Keep the reader's place unless they are at the bottom (or `force`: they just sent something).
   scrollToBottom(force = false) {
-    if (force || this.nearBottom()) this.els.scroller.scrollTop = this.els.scroller.scrollHeight;
+    if (!force && !this.stick) return;
+    this.stick = true;
+    this.els.scroller.scrollTop = this.els.scroller.scrollHeight;
+  }
+
+  // ---------------------------------------------------------------- turn navigation
+
+  orderedViews() {
+    return [...this.turns.values()].sort((a, b) => a.runId - b.runId);
+  }
+
+  // The previous (-1) or next (+1) turn; it is scrolled to and focused. From the turn jumped to
+  // last while it is still in view, else from the reading position: at the bottom, past the
+  // last turn; otherwise the turn at the top of the view (k from its middle goes to its start).
+  jump(direction) {
+    const views = this.orderedViews();
+    if (!views.length) return false;
+    const box = this.els.scroller.getBoundingClientRect();
+    const rects = views.map((view) => view.el.getBoundingClientRect());
+    const visible = (rect) => rect.bottom > box.top + 4 && rect.top < box.bottom - 4;
+    let index = views.indexOf(this.currentTurn);
+    let target = null;
+    if (index !== -1 && visible(rects[index])) {
+      target = views[index + direction];
+    } else if (this.atBottom() && direction < 0) {
+      target = views[views.length - 1];
+    } else {
+      index = rects.findIndex((rect) => rect.bottom > box.top + 4);
+      if (index === -1) index = views.length - 1;
+      if (direction < 0) target = rects[index].top < box.top - 4 ? views[index] : views[index - 1];
+      else target = views[index + 1];
+    }
+    if (!target) return false;
+    this.currentTurn = target;
+    target.el.scrollIntoView({ block: 'start' });
+    target.el.focus({ preventScroll: true });
+    this.stick = this.atBottom();
+    return true;
+  }
+
+  // Send a turn's prompt again, as a new turn (a new client_id: not a duplicate of the first).
+  retry(view) {
+    const text = view.turn.prompt_text || '';
+    if (!text.trim()) return;
+    this.send(text, this.activeView() ? 'queue' : 'auto');
+  }
+
+  // The open approval (the oldest still waiting), for the key map's digits.
+  openApproval() {
+    for (const view of this.orderedViews()) {
+      const card = view.el.querySelector(".approval-card[data-state='pending']");
+      if (card) return card;
+    }
+    return null;
   }
 
   // ---------------------------------------------------------------- sending

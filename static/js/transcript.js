@@ -2,12 +2,20 @@
 //
 // A TurnView owns a run's materialized state (runstate.js) and the DOM built
 // from it. Events mark items dirty; flush() redraws only those. Live text is
-// shown as plain text (textContent, pre-wrapped) and swapped for the
-// server-rendered, sanitized markdown once the run has settled.
+// rendered as markdown in the browser with the server's rules (markdown.js),
+// only the blocks that changed; once the run has settled the server's rendering
+// is laid over it, block by block, so equal blocks are not touched at all.
 
-import { clear, copyText, formatTokens, h, humanize, pretty, swap } from './dom.js';
+import { copyText, formatTokens, h, humanize, pretty, swap } from './dom.js';
 import { renderDiff } from './diff.js';
+import { showMarkdown, showServerHtml } from './markdown.js';
 import { applyEvent, emptyState, relink } from './runstate.js';
+
+// A tool's text longer than this is shown folded, with "Show all".
+const FOLD_LINES = 12;
+const FOLD_CHARS = 2400;
+// A live render may take at most 1/LIVE_BUDGET of the time: a huge text re-renders less often.
+const LIVE_BUDGET = 6;
 
 const SOURCE_LABELS = {
   queue: 'from the queue',
@@ -57,6 +65,10 @@ export class TurnView {
     this.renderedTerminal = false;
     this.controlMessages = new Map();
     this.busy = new Set();
+    this.expanded = new Set(); // folded tool outputs and diff context the user opened
+    this.liveCost = new Map(); // text item → {at, cost} of its last live render
+    this.deferred = new Set();
+    this.settledAtStart = !!this.state.terminal;
     this.el = this.build();
     for (const item of this.state.items) this.dirty.add(item);
     this.flush();
@@ -86,17 +98,49 @@ export class TurnView {
     this.progressEl = h('div', { class: 'turn-progress', 'aria-live': 'polite' });
     this.bannerEl = h('div', { class: 'turn-banner', hidden: true });
     this.footerEl = h('div', { class: 'turn-footer' });
+    const prompt = this.turn.prompt_text || '';
+    const action = (text, label, onclick, role) =>
+      h('button', { type: 'button', class: 'btn link small turn-action', 'aria-label': label, dataset: { action: role }, text, onclick });
+    const feedback = (button, ok) => {
+      button.textContent = ok ? 'Copied' : 'Copy failed';
+      setTimeout(() => (button.textContent = 'Copy'), 1500);
+    };
+    this.answerActionsEl = h(
+      'div',
+      { class: 'turn-actions answer-actions', hidden: true },
+      action('Copy', 'Copy answer', async (event) => feedback(event.currentTarget, await copyText(this.answerText())), 'copy-answer'),
+    );
     return h(
       'article',
-      { class: 'turn', dataset: { runId: String(this.runId) } },
+      { class: 'turn', tabindex: '-1', 'aria-label': `Turn: ${prompt.slice(0, 80)}`, dataset: { runId: String(this.runId) } },
       h(
         'div',
         { class: 'user-turn' },
-        h('div', { class: 'bubble user-text', text: this.turn.prompt_text || '' }),
-        label ? h('div', { class: 'turn-source', text: label }) : null,
+        h('div', { class: 'bubble user-text', text: prompt }),
+        h(
+          'div',
+          { class: 'turn-meta' },
+          label ? h('span', { class: 'turn-source', text: label }) : null,
+          h(
+            'span',
+            { class: 'turn-actions prompt-actions' },
+            action('Copy', 'Copy prompt', async (event) => feedback(event.currentTarget, await copyText(prompt)), 'copy-prompt'),
+            action('Edit', 'Edit prompt in the composer', () => this.handlers.edit?.(this), 'edit'),
+            action('Retry', 'Retry: send this prompt again', () => this.handlers.retry?.(this), 'retry'),
+          ),
+        ),
       ),
-      h('div', { class: 'assistant' }, this.itemsEl, this.progressEl, this.bannerEl, this.footerEl),
+      h('div', { class: 'assistant' }, this.itemsEl, this.progressEl, this.bannerEl, h('div', { class: 'turn-end' }, this.footerEl, this.answerActionsEl)),
     );
+  }
+
+  // The agent's text of this turn, as markdown.
+  answerText() {
+    return this.state.items
+      .filter((item) => item.kind === 'text')
+      .map((item) => item.text.trim())
+      .filter(Boolean)
+      .join('\n\n');
   }
 
   // Returns false for an event already applied (replay overlap).
@@ -122,6 +166,7 @@ export class TurnView {
     return true;
   }
 
+  // Returns true when a text was left for a later frame (it is costly to render).
   flush() {
     if (this.dirty.size) {
       for (const item of this.state.items) {
@@ -142,6 +187,23 @@ export class TurnView {
       this.runDirty = false;
       this.renderRunParts();
     }
+    if (!this.deferred.size) return false;
+    for (const item of this.deferred) this.dirty.add(item);
+    this.deferred.clear();
+    return true;
+  }
+
+  // Render a streaming text as markdown. Only its changed blocks are replaced (markdown.js),
+  // and a text that takes long to render is rendered less often, so the page stays responsive.
+  renderLive(item, node) {
+    const now = performance.now();
+    const last = this.liveCost.get(item);
+    if (last && now - last.at < last.cost * LIVE_BUDGET) {
+      this.deferred.add(item);
+      return;
+    }
+    showMarkdown(node, item.text);
+    this.liveCost.set(item, { at: performance.now(), cost: performance.now() - now });
   }
 
   renderItem(item, index) {
@@ -153,7 +215,7 @@ export class TurnView {
 
   updateItem(item, node, index) {
     if (item.kind === 'text') {
-      if (!node.classList.contains('rendered')) node.textContent = item.text;
+      if (!node.classList.contains('rendered')) this.renderLive(item, node);
       return;
     }
     if (item.kind === 'reasoning') {
@@ -197,6 +259,7 @@ export class TurnView {
     if (typeof total === 'number') parts.push(`${formatTokens(total)} tokens`);
     this.footerEl.textContent = parts.join(' · ');
     this.footerEl.hidden = !parts.length;
+    this.answerActionsEl.hidden = !this.terminal || !this.answerText();
   }
 
   // Swap live plain text for the sanitized markdown the server rendered.
@@ -206,12 +269,25 @@ export class TurnView {
       const item = this.state.items[index];
       const node = item && this.nodes.get(item);
       if (!node || item.kind !== 'text' || (item.message_id ?? '') !== (block.dataset.messageId ?? '')) continue;
-      node.replaceChildren(...[...block.childNodes].map((child) => document.importNode(child, true)));
-      node.classList.remove('live');
+      // Read from the inert document as markup and sanitized again: nothing of it is adopted as is.
+      showServerHtml(node, block.innerHTML);
+      node.classList.remove('live', 'plain');
       node.classList.add('rendered');
-      decorateCode(node);
+      this.liveCost.delete(item);
     }
     this.rendered = true;
+  }
+
+  // Fold state of tool outputs and diff context, kept across redraws of the card.
+  isOpen(key) {
+    return this.expanded.has(key);
+  }
+
+  toggle(key, item) {
+    if (this.expanded.has(key)) this.expanded.delete(key);
+    else this.expanded.add(key);
+    this.redraw(item);
+    this.nodes.get(item)?.querySelector(`[data-fold-key="${CSS.escape(key)}"]`)?.focus();
   }
 
   // Redraw one item now (an answer to a control came back).
@@ -246,7 +322,14 @@ export class TurnView {
 // ---------------------------------------------------------------- items
 
 const RENDERERS = {
-  text: (item) => h('div', { class: 'md live', text: item.text }),
+  text: (item, view) => {
+    // A turn that was already settled when it was drawn gets the server's rendering in the same
+    // task (loadTranscript) or right after: rendering it here too would be wasted on a long session.
+    if (view.settledAtStart) return h('div', { class: 'md plain', text: item.text });
+    const node = h('div', { class: 'md live' });
+    showMarkdown(node, item.text);
+    return node;
+  },
   reasoning: (item) =>
     h(
       'details',
@@ -279,16 +362,44 @@ const RENDERERS = {
         ),
 };
 
-function renderToolContent(content) {
-  return (content || []).map((block) => {
-    if (block.type === 'diff') return renderDiff(block);
-    if (block.type === 'text') return h('pre', { class: 'tool-text', text: block.text || '' });
+// A long text folds to its first lines, with "Show all" (the whole text is one click away).
+function foldedText(text, key, item, view, props = {}) {
+  const lines = text.split('\n');
+  const long = lines.length > FOLD_LINES + 4 || text.length > FOLD_CHARS + 400;
+  if (!long) return h('pre', { ...props, text });
+  const open = view.isOpen(key);
+  let shown = text;
+  if (!open) {
+    shown = lines.slice(0, FOLD_LINES).join('\n');
+    if (shown.length > FOLD_CHARS) shown = shown.slice(0, FOLD_CHARS);
+    shown += '\n…';
+  }
+  return h(
+    'div',
+    { class: 'folded', dataset: { folded: String(!open) } },
+    h('pre', { ...props, text: shown }),
+    h('button', {
+      type: 'button',
+      class: 'btn link small fold-toggle',
+      'aria-expanded': String(open),
+      dataset: { foldKey: key },
+      text: open ? 'Show less' : `Show all (${lines.length} lines)`,
+      onclick: () => view.toggle(key, item),
+    }),
+  );
+}
+
+function renderToolContent(item, view, prefix) {
+  const folds = { isOpen: (key) => view.isOpen(key), toggle: (key) => view.toggle(key, item) };
+  return (item.content || []).map((block, index) => {
+    if (block.type === 'diff') return renderDiff(block, folds);
+    if (block.type === 'text') return foldedText(block.text || '', `${prefix}:text:${index}`, item, view, { class: 'tool-text' });
     if (block.type === 'terminal') return h('div', { class: 'tool-terminal', text: `terminal ${block.terminal_id || ''}` });
     return null;
   });
 }
 
-function renderTool(item) {
+function renderTool(item, view) {
   const key = item.tool_call_id;
   const hasArgs = item.arguments !== undefined && item.arguments !== null;
   const hasOutput = item.output !== undefined && item.output !== null && item.output !== '';
@@ -308,9 +419,9 @@ function renderTool(item) {
     hasArgs
       ? h('details', { class: 'tool-args', dataset: { key: `args:${key}` } }, h('summary', { text: 'Arguments' }), h('pre', { text: pretty(item.arguments) }))
       : null,
-    h('div', { class: 'tool-content' }, renderToolContent(item.content)),
+    h('div', { class: 'tool-content' }, renderToolContent(item, view, `tool:${key}`)),
     hasOutput
-      ? h('details', { class: 'tool-output', dataset: { key: `out:${key}` } }, h('summary', { text: 'Output' }), h('pre', { text: pretty(item.output) }))
+      ? h('details', { class: 'tool-output', dataset: { key: `out:${key}` } }, h('summary', { text: 'Output' }), foldedText(pretty(item.output), `out:${key}`, item, view))
       : null,
   );
 }
@@ -374,16 +485,18 @@ function renderApproval(item, view) {
     item.arguments !== undefined && item.arguments !== null
       ? h('details', { class: 'tool-args', dataset: { key: `args:${key}` } }, h('summary', { text: 'Arguments' }), h('pre', { text: pretty(item.arguments) }))
       : null,
-    h('div', { class: 'tool-content' }, renderToolContent(item.content)),
+    h('div', { class: 'tool-content' }, renderToolContent(item, view, key)),
     open
       ? h(
           'div',
           { class: 'approval-options' },
-          (item.options || []).map((option) =>
+          (item.options || []).map((option, index) =>
             h('button', {
               type: 'button',
               class: `btn option option-${(option.kind || '').startsWith('reject') ? 'reject' : 'allow'}`,
-              dataset: { optionId: option.option_id, kind: option.kind || '' },
+              // The key map answers with digits; the hint is drawn by CSS and is not part of the name.
+              'aria-keyshortcuts': index < 9 ? String(index + 1) : null,
+              dataset: { optionId: option.option_id, kind: option.kind || '', key: index < 9 ? String(index + 1) : '' },
               disabled: busy,
               text: option.name || option.option_id,
               onclick: () => view.handlers.approve(view, item, option),
@@ -510,27 +623,4 @@ function renderClarify(item, view) {
     message ? h('div', { class: 'control-message', role: 'status', text: message }) : null,
   );
   return form;
-}
-
-// Code blocks in rendered markdown get a language tag and a copy button.
-export function decorateCode(root) {
-  for (const pre of root.querySelectorAll('pre')) {
-    if (pre.parentElement?.classList.contains('code-block')) continue;
-    const code = pre.querySelector('code');
-    const language = [...(code?.classList || [])].find((c) => c.startsWith('language-'))?.slice(9) || '';
-    const button = h('button', {
-      type: 'button',
-      class: 'copy-code',
-      text: 'Copy',
-      'aria-label': 'Copy code',
-      onclick: async () => {
-        const ok = await copyText((code || pre).textContent);
-        button.textContent = ok ? 'Copied' : 'Copy failed';
-        setTimeout(() => (button.textContent = 'Copy'), 1500);
-      },
-    });
-    const wrapper = h('div', { class: 'code-block' }, h('div', { class: 'code-bar' }, h('span', { class: 'code-lang', text: language }), button));
-    pre.replaceWith(wrapper);
-    wrapper.append(pre);
-  }
 }

@@ -36,6 +36,10 @@ CHROMIUM_ARGS = [
 # Generous: CI machines are slow, and a wait ends as soon as its condition holds.
 TIMEOUT_MS = 30_000
 SCREENSHOT_DIR = Path(os.environ.get("HERMESWEB_SCREENSHOTS") or procs.REPO / "var" / "screenshots")
+# The few screenshots the README and docs/ui.md show, kept in the repository.
+DOCS_SCREENSHOT_DIR = procs.REPO / "docs" / "screenshots"
+# axe-core for the accessibility checks: injected by the tests only, never served.
+AXE_JS = Path(__file__).resolve().parent / "vendor" / "axe-core" / "axe.min.js"
 
 
 # Test modules import these fixtures, so pytest sees one definition per module;
@@ -139,12 +143,25 @@ class Workbench:
         return "\n".join(parts)
 
     def new_page(
-        self, *, viewport: dict[str, int] | None = None, color_scheme: str = "light", signed_in: bool = True
+        self,
+        *,
+        viewport: dict[str, int] | None = None,
+        color_scheme: str = "light",
+        signed_in: bool = True,
+        bypass_csp: bool = False,
+        permissions: list[str] | None = None,
     ) -> Any:
+        """A page in a context of its own.
+
+        `bypass_csp`: only for injecting a test tool (axe-core) into the page; the CSP
+        checks of the other tests see the real policy.
+        """
         context = self.browser.new_context(
             base_url=self.base_url,
             viewport=viewport or {"width": 1280, "height": 860},
             color_scheme=color_scheme,
+            bypass_csp=bypass_csp,
+            permissions=permissions or [],
         )
         if signed_in:
             client = Client()
@@ -164,6 +181,12 @@ class Workbench:
 
     def screenshot(self, page: Any, name: str) -> None:
         page.screenshot(path=str(self.screenshot_dir / f"{name}.png"), full_page=False)
+
+    def docs_screenshot(self, page: Any, name: str) -> None:
+        """A screenshot for the docs (docs/screenshots/, shown by the README), and the usual one."""
+        self.screenshot(page, name)
+        DOCS_SCREENSHOT_DIR.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(DOCS_SCREENSHOT_DIR / f"{name}.png"), full_page=False)
 
 
 @pytest.fixture
@@ -227,3 +250,22 @@ def transcript_snapshot(page: Any) -> str:
     """The transcript as a user sees it, whitespace-normalized, for comparing two pages."""
     text = page.locator("[data-role=transcript]").inner_text()
     return re.sub(r"[ \t]+", " ", text).strip()
+
+
+def axe_violations(page: Any, *, impacts: tuple[str, ...] = ("serious", "critical")) -> list[dict[str, Any]]:
+    """Run axe-core on the page (a context made with `bypass_csp=True`); the violations of `impacts`.
+
+    Each is {id, impact, help, nodes: [html of up to five offending nodes]}.
+    """
+    if not page.evaluate("() => typeof window.axe === 'object'"):
+        page.add_script_tag(path=str(AXE_JS))
+    found = page.evaluate(
+        """async () => {
+            const result = await axe.run(document, { resultTypes: ['violations'] });
+            return result.violations.map((v) => ({
+                id: v.id, impact: v.impact, help: v.help,
+                nodes: v.nodes.slice(0, 5).map((n) => n.html + ' :: ' + (n.failureSummary || '')),
+            }));
+        }"""
+    )
+    return [violation for violation in found if violation["impact"] in impacts]
