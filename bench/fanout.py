@@ -1,7 +1,7 @@
 """Live fan-out: N WebSocket viewers of one run whose journal grows at E events/s.
 
 Three servers, each measured in the same run against the same emitter:
-- hermesweb: daphne + hermesweb.asgi (runs/consumers.py, runs/live.py), authenticated
+- hermesweb: daphne + hermesweb.asgi (runs/live/consumer.py, runs/live/feed.py), authenticated
   sockets speaking the /ws/sessions/{id}/ protocol, the Redis pubsub doorbell.
 - naive (baseline): daphne + bench/naive_asgi.py, one consumer and one channels_redis
   core-layer group_send per event.

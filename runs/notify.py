@@ -220,7 +220,7 @@ async def apublish_events(session_id: int, run_id: int, envelopes: list[dict[str
 async def apublish_many(batches: list[tuple[int, int, list[dict[str, Any]]]]) -> None:
     """Several runs' notifications (session id, run id, envelopes) as one message.
 
-    To JOURNAL_GROUP, which each web process listens to once (runs.live.LiveHub): a runner
+    To JOURNAL_GROUP, which each web process listens to once (runs.live.feed.LiveHub): a runner
     holding a hundred runs commits them in groups, and one message per group instead of
     one per run per flush spares both sides thousands of Redis round trips and parses a
     second (bench/README.md, concurrency).

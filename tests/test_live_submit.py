@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 from django.contrib.sessions.models import Session as DjangoSession
 
@@ -131,3 +132,34 @@ def test_a_socket_whose_sign_in_ended_may_no_longer_send(live: LiveStack, how: s
     assert (error["status"], error["code"]) == (401, "not_authenticated")
     assert socket.close_code() == 4401
     assert not Run.objects.exists()
+
+
+def test_a_submit_that_finds_the_database_unavailable_is_refused_as_503(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.contrib.sessions.backends.db import SessionStore
+    from django.db import OperationalError
+    from django.test import Client
+
+    from runs import services
+    from runs.live.consumer import answer_submit
+    from runs.live.protocol import Submit
+    from runs.schemas import MessageIn
+
+    session = factories.SessionFactory()
+
+    def unreachable(*args: Any, **kwargs: Any) -> None:
+        raise OperationalError("server closed the connection unexpectedly")
+
+    user = session.project.owner
+    client = Client()
+    client.force_login(user)  # a signed-in socket's scope: its user and its session
+    scope = {"user": user, "session": SessionStore(client.session.session_key)}
+    monkeypatch.setattr(services, "do_submit_message_as", unreachable)
+
+    answer = answer_submit(scope, session.pk, Submit(MessageIn(client_id="c-1", text="hello")))
+
+    assert not answer.signed_out
+    frame = orjson.loads(answer.frame)
+    assert frame["client_id"] == "c-1"
+    assert frame["error"]["status"] == 503 and frame["error"]["code"] == "database_unavailable"

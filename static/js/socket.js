@@ -14,10 +14,10 @@ const PING_MS = 15000;
 const WATCHDOG_MS = 45000;
 // After this many failed attempts in a row the status line says "offline".
 const OFFLINE_AFTER = 4;
-// The server's application close codes (runs/consumers.py).
+// The server's application close codes (runs/live/consumer.py).
 const CLOSE_UNAUTHENTICATED = 4401;
 const CLOSE_NOT_FOUND = 4404;
-// The server reads frames up to 64 KiB (runs/live.py); a longer message goes over HTTP.
+// The server reads frames up to 64 KiB (runs/live/protocol.py); a longer message goes over HTTP.
 const SUBMIT_MAX_CHARS = 60000;
 // A submit not answered by then is sent again over HTTP (the same client_id: the same message).
 const SUBMIT_ANSWER_MS = 8000;

@@ -1,10 +1,10 @@
-"""WebSocket routes (docs/live-delivery.md)."""
+"""WebSocket routes (design note: docs/live-delivery.md)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from runs.consumers import SessionConsumer
+from runs.live.consumer import SessionConsumer
 
 websocket_urlpatterns = [
     path("ws/sessions/<int:session_id>/", SessionConsumer.as_asgi()),

@@ -1,0 +1,192 @@
+"""The session socket `/ws/sessions/{id}/`: authenticate, parse each frame, hand it on, answer.
+
+Design note: docs/live-delivery.md ("Protocol", "Layout"). Delivery is the Subscription's;
+a submit is the API's own domain action (runs.services.do_submit_message_as), answered with
+a `submitted` frame. Refusals close with application codes after the handshake, so a browser
+can tell "sign in again" (4401) from "no such session" (4404).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any, NamedTuple
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.db import InterfaceError, OperationalError
+
+from hermesweb.auth import socket_sign_in, socket_user_now
+from hermesweb.errors import database_unavailable_body
+from projects.models import Session
+from runs import services
+from runs.live.feed import SessionGone, tuning
+from runs.live.protocol import (
+    HEARTBEAT,
+    PONG,
+    BadRequest,
+    InvalidSubmit,
+    Ping,
+    Submit,
+    error_frame,
+    parse_client_message,
+    refused_frame,
+    submitted_frame,
+)
+from runs.live.reads import can_view
+from runs.live.subscription import Subscription
+from runs.schemas import SubmitOut
+
+log = logging.getLogger(__name__)
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+CLOSE_INTERNAL_ERROR = 1011
+
+
+def heartbeat_seconds() -> float:
+    return tuning("HERMESWEB_LIVE_HEARTBEAT_SECONDS", 15.0)
+
+
+class SubmitAnswer(NamedTuple):
+    frame: str  # the `submitted` frame
+    signed_out: bool  # the socket's sign-in is gone: close it with 4401 after sending the frame
+
+
+def answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> SubmitAnswer:
+    """A socket's submit, done as `POST /api/sessions/{id}/messages` does it (sync: run in a thread).
+
+    The sign-in is asked again, as an HTTP request would: where it can be, by the statement
+    that writes the turn (hermesweb.auth.StillSignedIn).
+    """
+    try:
+        return _answer_submit(scope, session_id, submit)
+    except (OperationalError, InterfaceError) as exc:
+        # As the API's 503: the client's retry carries the same client id, so it is never a second turn.
+        log.warning("session %s: a socket submit found the database unavailable: %s", session_id, exc)
+        return SubmitAnswer(
+            refused_frame(submit.message.client_id, 503, **database_unavailable_body()), False
+        )
+
+
+def _answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> SubmitAnswer:
+    message = submit.message
+    client_id = message.client_id
+    signed_out = SubmitAnswer(
+        refused_frame(client_id, 401, "not_authenticated", "Signed out: sign in again to send."), True
+    )
+    guard = socket_sign_in(scope)
+    user = scope["user"] if guard is not None else socket_user_now(scope)
+    if user is None:
+        return signed_out
+    try:
+        result = services.do_submit_message_as(
+            user,
+            session_id,
+            client_id=client_id,
+            text=message.text,
+            mode=message.mode,
+            attachments=message.attachments,
+            guard=guard,
+        )
+    except services.GuardFailed:
+        return signed_out
+    except Session.DoesNotExist:
+        return SubmitAnswer(refused_frame(client_id, 404, "not_found", "No such session."), False)
+    except services.SubmitRefused as exc:
+        return SubmitAnswer(refused_frame(client_id, exc.status, exc.code, exc.message), False)
+    return SubmitAnswer(submitted_frame(client_id, SubmitOut.from_result(result)), False)
+
+
+class SessionConsumer(AsyncWebsocketConsumer):
+    # No channel-layer alias resolves: a socket gets no channel of its own (with Redis,
+    # that is no subscription per socket); its session's feed listens once per process.
+    channel_layer_alias = "hermesweb-live-sockets-have-no-channel"
+
+    session_id: int
+    subscription: Subscription | None = None
+    _subscription_task: asyncio.Task[None] | None = None
+    _heartbeat_task: asyncio.Task[None] | None = None
+    _authorized = False
+
+    async def connect(self) -> None:
+        self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
+        user: Any = self.scope.get("user")
+        # Accept first: a refused handshake reaches the browser as a bare 1006 with no reason.
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        if not await database_sync_to_async(can_view)(user, self.session_id):
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self._authorized = True
+        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not self._authorized:
+            return
+        try:
+            message = parse_client_message(text_data)
+        except InvalidSubmit as exc:
+            await self.send(text_data=exc.frame())
+            return
+        except BadRequest as exc:
+            await self.send(text_data=error_frame(exc.code, str(exc)))
+            return
+        if isinstance(message, Ping):
+            await self.send(text_data=PONG)
+            return
+        if isinstance(message, Submit):
+            await self._submit(message)
+            return
+        # A new subscribe replaces the previous one: its cursors are the client's truth now.
+        await self._stop_subscription()
+        self.subscription = Subscription(self.session_id, message.after, self._send_text)
+        self._subscription_task = asyncio.ensure_future(self._follow(self.subscription))
+
+    async def _submit(self, message: Submit) -> None:
+        try:
+            answer = await database_sync_to_async(answer_submit)(self.scope, self.session_id, message)
+        except Exception:
+            # Nothing was lost: the client id makes the client's retry (over HTTP) the same message.
+            log.exception("session %s: submit over the socket failed", self.session_id)
+            frame = refused_frame(message.message.client_id, 500, "internal_error", "The server failed.")
+            answer = SubmitAnswer(frame, False)
+        await self.send(text_data=answer.frame)
+        if answer.signed_out:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+
+    async def disconnect(self, code: int) -> None:
+        if self._heartbeat_task is not None:
+            self._heartbeat_task.cancel()
+        await self._stop_subscription()
+
+    async def _send_text(self, frame: str) -> None:
+        await self.send(text_data=frame)
+
+    async def _follow(self, subscription: Subscription) -> None:
+        try:
+            await subscription.run()
+        except asyncio.CancelledError:
+            raise
+        except SessionGone:
+            await self.close(code=CLOSE_NOT_FOUND)
+        except Exception:
+            # The client reconnects with its cursors: nothing is lost, the journal has it all.
+            log.exception("session %s: live subscription failed", self.session_id)
+            await self.close(code=CLOSE_INTERNAL_ERROR)
+
+    async def _stop_subscription(self) -> None:
+        task, self._subscription_task = self._subscription_task, None
+        self.subscription = None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(heartbeat_seconds())
+            await self.send(text_data=HEARTBEAT)

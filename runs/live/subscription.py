@@ -1,0 +1,235 @@
+"""One socket's subscription to its session: replay from the client's cursors, then the feed's stream.
+
+Design note: docs/live-delivery.md ("Order of operations", "Gap repair"). The subscription
+joins its session's feed first, replays each followed run after its cursor from the
+database, then forwards the feed's batches, dropping any `(run_id, seq)` at or below what it
+already sent for that run. It repairs no gaps: the feed's batches follow on, and a batch that
+does not is a broken contract (BrokenFeed: the socket closes with 1011 and the client resumes
+from its cursors). Seqs are only ever compared within one run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+from channels.db import database_sync_to_async
+
+from runs import journal
+from runs.live.feed import (
+    EventsItem,
+    Gone,
+    Item,
+    LiveHub,
+    RunUnreadable,
+    SessionFeed,
+    SessionGone,
+    SnapshotItem,
+    get_hub,
+)
+from runs.live.protocol import EventFrame, error_frame, events_frames, socket_frames
+from runs.live.reads import plan_subscription, read_page, run_floor, run_heads
+from runs.models import Run
+
+# A subscriber this far behind its feed stops queueing and re-reads the database instead.
+SUBSCRIBER_BACKLOG_MAX = 2000
+
+
+class BrokenFeed(RuntimeError):
+    """A feed batch skipped seqs this socket has not sent: the feed repairs gaps, so this is a bug."""
+
+
+class Subscription:
+    """One socket's view of a session: a cursor per run, never a seq sent twice."""
+
+    def __init__(
+        self, session_id: int, after: dict[int, int], send: Callable[[str], Awaitable[None]]
+    ) -> None:
+        self.session_id = session_id
+        self.after = after
+        self._send = send
+        self.sent: dict[int, int] = {}  # run id → highest seq sent on this socket
+        self.followed: set[int] = set()
+        self.refused: set[int] = set()
+        self.done: set[int] = set()
+        self.floor = 0  # runs above this id are new to this socket: followed from seq 0
+        self.generation = 0
+        self.snapshot_frame: str | None = None
+        self.backlog: deque[Item] = deque()
+        self.overflowed = False
+        self.idle = False  # caught up, nothing queued, waiting for the feed
+        self._ready = asyncio.Event()
+        self.hub: LiveHub | None = None
+        self.feed: SessionFeed | None = None
+
+    # -------------------------------------------------------------- called by the feed
+
+    def push(self, item: Item) -> None:
+        """Queue an item; never blocks the feed. A subscriber that falls too far behind resyncs."""
+        if len(self.backlog) >= SUBSCRIBER_BACKLOG_MAX:
+            self.backlog.clear()
+            self.overflowed = True
+        else:
+            self.backlog.append(item)
+        self._ready.set()
+
+    async def offer(self, item: EventsItem) -> bool:
+        """Send a batch now if this socket is idle and caught up, sparing its task a wake-up.
+
+        False when it is not (busy, something queued, or the batch does not follow on): the
+        feed pushes it instead, and the task handles it in order.
+        """
+        if not self.idle or self.backlog or self.overflowed:
+            return False
+        run_id, frames = item
+        if not self._follows(run_id):
+            return True  # not a run this socket shows
+        sends = self._sends(run_id, frames)
+        if sends is None:
+            return False
+        try:
+            await self._send_frames(run_id, sends)
+        except Exception:
+            return False  # its own task meets the same error, and sent[] says what went out
+        return True
+
+    # -------------------------------------------------------------- the socket's task
+
+    async def run(self) -> None:
+        """Join, replay, stream until cancelled. Raises SessionGone when the session disappears."""
+        try:
+            await self._run()
+        finally:
+            if self.hub is not None and self.feed is not None:
+                feed, self.feed = self.feed, None
+                await self.hub.leave(feed, self)
+
+    async def _run(self) -> None:
+        floor_before = await database_sync_to_async(run_floor)(self.session_id)
+        self.hub = get_hub()
+        self.feed = self.hub.join(self.session_id, self)
+        await self.hub.ready(self.feed)
+        plan = await database_sync_to_async(plan_subscription)(self.session_id, self.after, floor_before)
+        await self._send_snapshot(await self.feed.snapshot())
+        for error in plan.errors:
+            await self._send(error)
+        self.floor = plan.floor
+        self.refused = set(plan.refused)
+        for run_id in sorted(plan.cursors):
+            self.followed.add(run_id)
+            self.sent[run_id] = plan.cursors[run_id]
+            await self.catch_up(run_id)
+        while True:
+            self.idle = True
+            try:
+                await self._ready.wait()
+            finally:
+                self.idle = False
+            self._ready.clear()
+            await self.drain()
+
+    async def drain(self) -> None:
+        """Handle the backlog in order; after an overflow, first replay what it dropped."""
+        while self.overflowed or self.backlog:
+            if self.overflowed:
+                # Checked before every item: what was queued after an overflow follows on from
+                # the replay, not from what this socket sent before it.
+                self.overflowed = False
+                await self.resync()
+                continue
+            await self.handle(self.backlog.popleft())
+
+    async def handle(self, item: Item) -> None:
+        match item:
+            case EventsItem():
+                await self.deliver(item)
+            case SnapshotItem():
+                await self._send_snapshot(item)
+            case RunUnreadable(run_id, through, error):
+                if self._follows(run_id) and self.sent[run_id] < through:
+                    self.refused.add(run_id)
+                    if error is not None:
+                        await self._send(error)
+            case Gone():
+                raise SessionGone(self.session_id)
+
+    def _follows(self, run_id: int) -> bool:
+        if run_id in self.refused or run_id in self.done:
+            return False
+        if run_id not in self.followed:
+            if run_id <= self.floor:
+                return False  # neither asked for nor new
+            self.followed.add(run_id)
+            self.sent[run_id] = 0
+        return True
+
+    def _sends(self, run_id: int, frames: list[EventFrame]) -> Sequence[EventFrame] | None:
+        """What this socket sends of a feed batch, as it goes on the wire; None if it does not follow on.
+
+        A batch is consecutive and a run's terminal event is its last (the feed's and the journal's
+        rules), so the new part is a slice: what this socket's replay sent already is skipped.
+        """
+        skip = self.sent[run_id] + 1 - frames[0].seq
+        if skip < 0:
+            return None
+        if skip == 0:
+            return socket_frames(run_id, frames)
+        return socket_frames(run_id, frames[skip:]) if skip < len(frames) else ()
+
+    async def deliver(self, item: EventsItem) -> None:
+        run_id, frames = item
+        if not self._follows(run_id):
+            return
+        sends = self._sends(run_id, frames)
+        if sends is None:
+            raise BrokenFeed(
+                f"session {self.session_id}: run {run_id} batch from seq {frames[0].seq} "
+                f"after seq {self.sent[run_id]}"
+            )
+        await self._send_frames(run_id, sends)
+
+    async def _send_frames(self, run_id: int, frames: Iterable[EventFrame]) -> None:
+        """Send encoded frames of run_id in order, keeping what was sent up to date."""
+        for seq, terminal, text in frames:
+            await self._send(text)
+            self.sent[run_id] = seq
+            if terminal:
+                self.done.add(run_id)
+
+    async def catch_up(self, run_id: int) -> None:
+        """Replay run_id's events after what this socket sent, from the database, in pages."""
+        while run_id not in self.done:
+            try:
+                page = await database_sync_to_async(read_page)(run_id, self.sent[run_id])
+            except journal.JournalError as exc:
+                self.refused.add(run_id)
+                await self._send(error_frame(exc.code, str(exc), run_id=run_id))
+                return
+            except Run.DoesNotExist:
+                self.refused.add(run_id)
+                return
+            await self._send_frames(run_id, events_frames(run_id, page.rows))
+            if not page.rows or not page.has_more:
+                return
+
+    async def resync(self) -> None:
+        """The backlog was dropped: replay every followed run from the database, which has it all."""
+        assert self.feed is not None
+        pending = [
+            run_id for run_id in self.followed if run_id not in self.done and run_id not in self.refused
+        ]
+        heads = await database_sync_to_async(run_heads)(self.session_id, pending, self.floor)
+        for head in heads:
+            if self._follows(head.run_id):
+                await self.catch_up(head.run_id)
+        await self._send_snapshot(await self.feed.snapshot())
+
+    async def _send_snapshot(self, snapshot: SnapshotItem) -> None:
+        # Generations order the feed's reads: an older snapshot never follows a newer one.
+        if snapshot.generation <= self.generation:
+            return
+        self.generation = snapshot.generation
+        if snapshot.text != self.snapshot_frame:
+            self.snapshot_frame = snapshot.text
+            await self._send(snapshot.text)
