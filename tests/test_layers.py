@@ -24,7 +24,7 @@ LOWER = [
     "runs/models.py",
     "runs/services.py",
     "runs/controls.py",
-    "runs/journal.py",
+    *sorted(str(p.relative_to(REPO)) for p in (REPO / "runs" / "journal").glob("*.py")),
     "runs/turns.py",
     "runs/transcript.py",
     "runs/discovery.py",

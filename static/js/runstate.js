@@ -1,6 +1,6 @@
 // A run's materialized state, folded from its events.
 //
-// This is a line-by-line port of runs/journal.py `materialize`/`apply_event`,
+// This is a line-by-line port of runs/transcript.py `materialize`/`apply_event`,
 // so a state loaded from GET /api/sessions/{id}/transcript can keep being fed
 // live events, and item indexes match the server's (the rendered-markdown
 // fragments are keyed by them). Change both together.
