@@ -4,7 +4,8 @@ import logging
 from typing import Any
 
 from django.apps import AppConfig
-from django.contrib.auth.signals import user_logged_in
+from django.contrib.auth.signals import user_logged_in, user_logged_out
+from django.db.models.signals import post_delete, post_init, post_save
 
 log = logging.getLogger("hermesweb")
 
@@ -35,3 +36,19 @@ class HermeswebConfig(AppConfig):
 
     def ready(self) -> None:
         user_logged_in.connect(forget_initial_password, dispatch_uid="hermesweb.forget_initial_password")
+        # A sign-in that ends closes its sockets within seconds (docs/security.md).
+        from django.contrib.auth import get_user_model
+
+        from hermesweb import auth
+
+        user_model = get_user_model()
+        user_logged_out.connect(auth.on_logged_out, dispatch_uid="hermesweb.sockets_on_logout")
+        post_init.connect(
+            auth.remember_sign_in_fields, sender=user_model, dispatch_uid="hermesweb.sign_in_fields"
+        )
+        post_save.connect(
+            auth.on_user_saved, sender=user_model, dispatch_uid="hermesweb.sockets_on_user_saved"
+        )
+        post_delete.connect(
+            auth.on_user_deleted, sender=user_model, dispatch_uid="hermesweb.sockets_on_user_deleted"
+        )

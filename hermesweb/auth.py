@@ -9,7 +9,8 @@ because a browser never attaches the header on its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import lru_cache, wraps
 from importlib import import_module
@@ -19,9 +20,9 @@ from typing import Any
 from axes.backends import AxesStandaloneBackend
 from channels.auth import get_user
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model
 from django.contrib.auth import get_user as auth_get_user
-from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from ninja.security import APIKeyCookie, HttpBearer
@@ -209,6 +210,52 @@ class StillSignedIn:
         return bool(row and row[0])
 
 
+def still_signed_in(guards: Collection[StillSignedIn]) -> set[StillSignedIn]:
+    """The guards that hold now, in two queries per chunk: what StillSignedIn.holds() says of each.
+
+    For the sockets' periodic re-check (runs.live.signins): one statement per guard per few
+    seconds would grow with the sockets, and run on the thread the fan-out's reads use.
+    """
+    from django.contrib.sessions.models import Session as DjangoSession
+
+    holding: set[StillSignedIn] = set()
+    ordered = list(guards)
+    for start in range(0, len(ordered), 500):  # under SQLite's bound on parameters
+        chunk = ordered[start : start + 500]
+        live = set(
+            DjangoSession.objects.filter(
+                session_key__in={g.session_key for g in chunk}, expire_date__gt=timezone.now()
+            ).values_list("session_key", flat=True)
+        )
+        users = {
+            pk: (password, is_staff)
+            for pk, password, is_staff in get_user_model()
+            .objects.filter(pk__in={g.user_id for g in chunk}, is_active=True)
+            .values_list("pk", "password", "is_staff")
+        }
+        holding.update(
+            g for g in chunk if g.session_key in live and users.get(g.user_id) == (g.password, g.is_staff)
+        )
+    return holding
+
+
+def session_tag(session_key: str) -> str:
+    """A session named without its key: the sign-out doorbell travels through Redis."""
+    return hashlib.sha256(session_key.encode()).hexdigest()[:32]
+
+
+def sign_in_facts(scope: dict[str, Any]) -> StillSignedIn | None:
+    """StillSignedIn for a signed-in socket whenever sessions are Django's database ones.
+
+    Unlike socket_sign_in, whatever the backends list: a session's user was loaded by a
+    backend that, like ModelBackend, refuses an inactive user and one whose password hash changed.
+    """
+    connected = _connected(scope)
+    if connected is None or settings.SESSION_ENGINE != _DB_SESSIONS:
+        return None
+    return StillSignedIn(scope["session"].session_key, connected.pk, connected.password, connected.is_staff)
+
+
 def socket_sign_in(scope: dict[str, Any]) -> StillSignedIn | None:
     """StillSignedIn for a signed-in socket, with Django's database sessions and model backend.
 
@@ -217,7 +264,11 @@ def socket_sign_in(scope: dict[str, Any]) -> StillSignedIn | None:
     connected = _connected(scope)
     if connected is None:
         return None
-    if settings.SESSION_ENGINE != _DB_SESSIONS or settings.AUTHENTICATION_BACKENDS != [_MODEL_BACKEND]:
+    # The session names the backend get_user would ask; the login throttle authenticates no one.
+    backend = scope["session"].get(BACKEND_SESSION_KEY)
+    if settings.SESSION_ENGINE != _DB_SESSIONS or backend != _MODEL_BACKEND:
+        return None
+    if _MODEL_BACKEND not in settings.AUTHENTICATION_BACKENDS:
         return None
     return StillSignedIn(scope["session"].session_key, connected.pk, connected.password, connected.is_staff)
 
@@ -254,3 +305,55 @@ class SocketSessionMiddleware:
         scope = dict(scope, session=session)
         scope["user"] = await get_user(scope)  # AnonymousUser for no, or a stale, session
         return await self.inner(scope, receive, send)
+
+
+# ---------------------------------------------------------------- sign-ins ending: the sockets' doorbell
+# Wired in hermesweb.apps. The sockets close with 4401 within seconds of these (runs.live.signins);
+# their periodic re-check catches what no signal sees (QuerySet.update, expiry, a lost doorbell).
+
+_SIGN_IN_FIELDS = "_hermesweb_sign_in"
+
+
+def _sign_in_fields(user: Any) -> tuple[Any, ...]:
+    # From __dict__: a deferred field must not cost a query per user loaded.
+    fields = user.__dict__
+    return (fields.get("password"), fields.get("is_active"), fields.get("is_staff"))
+
+
+def remember_sign_in_fields(sender: Any, instance: Any, **kwargs: Any) -> None:
+    instance.__dict__[_SIGN_IN_FIELDS] = _sign_in_fields(instance)
+
+
+def _ring(user_id: Any, tag: str | None) -> None:
+    from runs import notify
+
+    transaction.on_commit(lambda: notify.publish_sign_in_changed(user_id, tag))
+
+
+def on_user_saved(
+    sender: Any, instance: Any, created: bool, update_fields: Any = None, **kwargs: Any
+) -> None:
+    """A password, activity or staff flag changed: that user's sockets check their sign-in now."""
+    before = instance.__dict__.get(_SIGN_IN_FIELDS)
+    now = _sign_in_fields(instance)
+    instance.__dict__[_SIGN_IN_FIELDS] = now
+    if created or before == now:
+        return
+    if (
+        before is None
+        and update_fields is not None
+        and not {"password", "is_active", "is_staff"} & set(update_fields)
+    ):
+        return
+    _ring(instance.pk, None)
+
+
+def on_user_deleted(sender: Any, instance: Any, **kwargs: Any) -> None:
+    _ring(instance.pk, None)
+
+
+def on_logged_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+    """Logout: the sockets of this Django session close (sent before Django flushes it)."""
+    key = getattr(getattr(request, "session", None), "session_key", None)
+    if user is not None and key:
+        _ring(user.pk, session_tag(key))

@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
-from ninja import Router, Status
+from ninja import Query, Router, Status
 
 from hermesweb.auth import get_visible
 from hermesweb.errors import ApiError
@@ -16,9 +16,11 @@ from projects.models import Project, Session, Workflow
 from projects.prompts import TemplateLimit
 from projects.schemas import (
     LaunchIn,
+    ProjectFilter,
     ProjectIn,
     ProjectOut,
     ProjectPatch,
+    SessionFilter,
     SessionIn,
     SessionOut,
     SessionPatch,
@@ -59,9 +61,10 @@ def with_active_run(sessions: QuerySet[Session]) -> QuerySet[Session]:
 
 
 @router.get("/projects", response=list[ProjectOut], tags=["projects"])
-def list_projects(request: HttpRequest) -> QuerySet[Project]:
-    """Your own projects (staff too; others' are in the admin)."""
-    return Project.objects.visible_to(request.auth)
+def list_projects(request: HttpRequest, filters: Query[ProjectFilter]) -> QuerySet[Project]:
+    """Your own projects (staff too; others' are in the admin); archived ones only with `include_archived`."""
+    projects = Project.objects.visible_to(request.auth)
+    return projects if filters.include_archived else projects.active()
 
 
 @router.post("/projects", response={201: ProjectOut}, tags=["projects"])
@@ -79,7 +82,11 @@ def get_project(request: HttpRequest, id: int) -> Project:
 
 @router.patch("/projects/{id}", response=ProjectOut, tags=["projects"])
 def update_project(request: HttpRequest, id: int, payload: ProjectPatch) -> Project:
-    """Change fields; a new path is validated as on create (422 `path_*`, 409 `path_taken`)."""
+    """Change fields; a new path is validated as on create (422 `path_*`, 409 `path_taken`).
+
+    `status`: `archived` hides the project from the default list and refuses new messages to its
+    sessions (409 `project_archived`); `active` restores it.
+    """
     project = get_visible(Project.objects, request.auth, id, "project")
     return services.do_update_project(project, **changes(payload))
 
@@ -132,8 +139,9 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
     """Render the template with `variables` and send it as a turn, in `session_id` or a new session.
 
     422 `missing_variables` names the variables not given, `prompt_too_large` for a prompt past
-    projects.prompts.MAX_PROMPT_CHARS; 409 `session_archived`
-    for an archived session. The answer has the shape of `POST /sessions/{id}/messages`.
+    projects.prompts.MAX_PROMPT_CHARS; 409 `session_archived` for an archived session,
+    `project_archived` for an archived project (no session is created). The answer has the
+    shape of `POST /sessions/{id}/messages`.
     """
     workflow = get_visible(Workflow.objects.select_related("project"), request.auth, id, "workflow")
     session = None
@@ -167,14 +175,21 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
 
 
 @router.get("/projects/{id}/sessions", response=list[SessionOut], tags=["sessions"])
-def list_sessions(request: HttpRequest, id: int) -> QuerySet[Session]:
-    """The project's sessions, most recently active first, each with its active run id."""
+def list_sessions(request: HttpRequest, id: int, filters: Query[SessionFilter]) -> QuerySet[Session]:
+    """The project's sessions, most recently active first, each with its active run id.
+
+    `status` keeps only the active or only the archived ones (default: both).
+    """
     project = get_visible(Project.objects, request.auth, id, "project")
-    return with_active_run(project.sessions.all())
+    sessions = project.sessions.all()
+    if filters.status is not None:
+        sessions = sessions.filter(status=filters.status)
+    return with_active_run(sessions)
 
 
 @router.post("/projects/{id}/sessions", response={201: SessionOut}, tags=["sessions"])
 def create_session(request: HttpRequest, id: int, payload: SessionIn) -> Status[Session]:
+    """An empty session. 409 `project_archived` in an archived project."""
     project = get_visible(Project.objects, request.auth, id, "project")
     return Status(201, services.do_create_session(project, title=payload.title))
 
@@ -186,7 +201,10 @@ def get_session(request: HttpRequest, id: int) -> Session:
 
 @router.patch("/sessions/{id}", response=SessionOut, tags=["sessions"])
 def update_session(request: HttpRequest, id: int, payload: SessionPatch) -> Session:
-    """Rename (`title`) or archive/reactivate (`status`)."""
+    """Rename (`title`), archive or restore (`status`: `archived` | `active`).
+
+    An archived session keeps its transcript and refuses new messages (409 `session_archived`).
+    """
     session = get_visible(Session.objects, request.auth, id, "session")
     return services.do_update_session(session, **changes(payload))
 

@@ -20,11 +20,19 @@ class RunningDefault(models.TextChoices):
     STEER = "steer", "Steer by default"
 
 
+class ProjectStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    ARCHIVED = "archived", "Archived"
+
+
 class ProjectQuerySet(models.QuerySet["Project"]):
     def visible_to(self, user: Any) -> ProjectQuerySet:
         # The user's own, staff and superusers included: staff act on others' objects only
         # through the admin, with its model permissions (docs/security.md, "Staff").
         return self.filter(owner=user)
+
+    def active(self) -> ProjectQuerySet:
+        return self.filter(status=ProjectStatus.ACTIVE)
 
 
 class Project(models.Model):
@@ -35,6 +43,8 @@ class Project(models.Model):
     running_default = models.CharField(
         max_length=10, choices=RunningDefault.choices, default=RunningDefault.QUEUE
     )
+    # Archived: out of the default lists, and its sessions take no new messages (runs.services).
+    status = models.CharField(max_length=20, choices=ProjectStatus.choices, default=ProjectStatus.ACTIVE)
     # No index of its own: the unique (owner, slug) leads with it.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="projects", db_index=False

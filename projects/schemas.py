@@ -17,6 +17,7 @@ LongText = Annotated[str, StringConstraints(max_length=100_000)]
 Template = Annotated[str, StringConstraints(min_length=1, max_length=100_000)]
 RunningDefaultName = Literal["queue", "steer"]
 SessionStatusName = Literal["active", "archived"]
+ProjectStatusName = Literal["active", "archived"]
 
 
 # ---------------------------------------------------------------- projects
@@ -36,6 +37,13 @@ class ProjectPatch(Schema):
     path: PathText | None = None
     agent: AgentName | None = None
     running_default: RunningDefaultName | None = None
+    status: ProjectStatusName | None = Field(
+        None, description="archived: out of the default list; its sessions take no new messages."
+    )
+
+
+class ProjectFilter(Schema):
+    include_archived: bool = Field(False, description="Archived projects too.")
 
 
 class ProjectOut(Schema):
@@ -45,6 +53,7 @@ class ProjectOut(Schema):
     path: str
     agent: str
     running_default: str
+    status: str
     owner_id: int
     created_at: datetime
     updated_at: datetime
@@ -104,6 +113,10 @@ class SessionIn(Schema):
 class SessionPatch(Schema):
     title: Title | None = None
     status: SessionStatusName | None = None
+
+
+class SessionFilter(Schema):
+    status: SessionStatusName | None = Field(None, description="Only active or only archived sessions.")
 
 
 class SessionOut(Schema):

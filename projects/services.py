@@ -14,7 +14,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
-from projects.models import Project, RunningDefault, Session, SessionStatus, Workflow
+from projects.models import Project, ProjectStatus, RunningDefault, Session, SessionStatus, Workflow
 from projects.paths import PathRefused, validate_project_location
 from projects.prompts import TemplateLimit
 
@@ -66,6 +66,18 @@ def clean_running_default(value: str) -> str:
     if value not in RunningDefault.values:
         raise InvalidInput("validation_error", f"running_default must be one of {RunningDefault.values}.")
     return value
+
+
+def clean_status(value: str, allowed: list[str]) -> str:
+    if value not in allowed:
+        raise InvalidInput("validation_error", f"status must be one of {allowed}.", "status")
+    return value
+
+
+def refuse_if_archived(project: Project) -> None:
+    """Conflict `project_archived`: an archived project's sessions are read until it is restored."""
+    if project.status == ProjectStatus.ARCHIVED:
+        raise Conflict("This project is archived; restore it to work in it.", "project_archived")
 
 
 def clean_template(template: str) -> str:
@@ -136,11 +148,14 @@ def do_update_project(
     path: str | None = None,
     agent: str | None = None,
     running_default: str | None = None,
+    status: str | None = None,
 ) -> Project:
     """Change the given fields; None leaves a field as it is. The slug stays stable.
 
     The new path and agent take effect for the next run; a run in progress
-    keeps the working directory and agent process it started with.
+    keeps the working directory and agent process it started with. Archiving
+    (`status`) refuses new messages to its sessions from then on (runs.services);
+    a run in progress, and messages already queued, still finish.
     """
     if name is not None:
         project.name = name
@@ -150,6 +165,8 @@ def do_update_project(
         project.agent = clean_agent(agent)
     if running_default is not None:
         project.running_default = clean_running_default(running_default)
+    if status is not None:
+        project.status = clean_status(status, ProjectStatus.values)
     project.save()
     return project
 
@@ -225,19 +242,29 @@ def do_delete_workflow(workflow: Workflow) -> None:
 
 
 def do_create_session(project: Project, *, title: str = "") -> Session:
-    """Create an empty, active session; the agent's sessionId is set by the runner on the first run."""
+    """Create an empty, active session; the agent's sessionId is set by the runner on the first run.
+
+    Refused (Conflict `project_archived`) in an archived project: nothing could be sent in it.
+    """
+    refuse_if_archived(project)
     return Session.objects.create(project=project, title=title)
 
 
 def do_update_session(session: Session, *, title: str | None = None, status: str | None = None) -> Session:
-    """Rename, archive or reactivate. An archived session refuses new messages; a run in progress finishes."""
+    """Rename, archive or restore. An archived session refuses new messages; a run in progress finishes.
+
+    A change of status reaches the session's open sockets (their composers lock or unlock).
+    """
+    from runs import notify
+
+    changed = status is not None and status != session.status
     if title is not None:
         session.title = title
     if status is not None:
-        if status not in SessionStatus.values:
-            raise InvalidInput("validation_error", f"status must be one of {SessionStatus.values}.", "status")
-        session.status = status
+        session.status = clean_status(status, SessionStatus.values)
     session.save()
+    if changed:
+        transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
     return session
 
 

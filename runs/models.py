@@ -328,3 +328,25 @@ class AgentJob(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} job {self.pk} ({self.state})"
+
+
+class SearchDocument(models.Model):
+    """A settled run's searchable text: one row per run (runs/search.py, docs/search.md).
+
+    The full-text index over it belongs to the database and is not in this model
+    (migration 0004): a stored, weighted `tsvector` column with a GIN index on
+    PostgreSQL; an FTS5 table kept in step by triggers on SQLite.
+    """
+
+    run = models.OneToOneField(Run, on_delete=models.CASCADE, related_name="search_document")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    # The project's owner when the run settled; searches also check the live ownership.
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    prompt = models.TextField(blank=True)
+    answer = models.TextField(blank=True, help_text="The run's text (its answer), as materialized.")
+    tools = models.TextField(blank=True, help_text="Its tool calls' titles, one per line.")
+    created_at = models.DateTimeField(help_text="The run's.")
+    indexed_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"search document of run {self.run_id}"

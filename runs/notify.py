@@ -39,6 +39,17 @@ def session_group(session_id: int) -> str:
     return f"session.{session_id}"
 
 
+def user_group(user_id: Any) -> str:
+    """A user's sign-in doorbell: each web process listens for the users its sockets serve."""
+    return f"user.{user_id}"
+
+
+def publish_sign_in_changed(user_id: Any, session_tag: str | None = None) -> None:
+    """After commit: `session_tag` (runs.live.signins.session_tag) signed out, or, without one,
+    the user's password, activity or staff flag changed: their sockets check again."""
+    _send(user_group(user_id), {"type": "signin.changed", "user_id": user_id, "session_tag": session_tag})
+
+
 def run_events_message(session_id: int, run_id: int, envelopes: list[dict[str, Any]]) -> dict[str, Any]:
     last_seq = envelopes[-1]["seq"] if envelopes else 0
     message: dict[str, Any] = {

@@ -178,3 +178,29 @@ class JobOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+
+class SearchHitOut(Schema):
+    """One settled run that contains every word of the query (docs/search.md)."""
+
+    session_id: int
+    session_title: str = Field(description="The session's title now; may be empty (untitled).")
+    project_id: int
+    project_name: str
+    run_id: int = Field(description="The turn: open /sessions/{session_id}/#run-{run_id}.")
+    snippet: str = Field(
+        description="HTML: the matching text, every character escaped; the only markup is "
+        "<mark>…</mark> around the matches."
+    )
+    created_at: datetime = Field(description="When the turn was sent.")
+    rank: float = Field(description="The database's relevance score; only its order means anything.")
+
+
+class SearchPageOut(Schema):
+    query: str
+    terms: list[str] = Field(description="The words searched for, all required; any query syntax is ignored.")
+    page: int
+    page_size: int
+    total: int = Field(description="Hits on all pages.")
+    has_next: bool
+    hits: list[SearchHitOut] = Field(description="Best first; ties: the newest first.")

@@ -18,7 +18,7 @@ from django.db import IntegrityError, connection, transaction
 
 from intents import services as intent_services
 from intents.models import PendingIntent
-from projects.models import Project, Session, SessionStatus, Workflow
+from projects.models import Project, ProjectStatus, Session, SessionStatus, Workflow
 from runs import notify
 from runs.models import ACTIVE_STATUSES, Run, RunSource
 
@@ -177,6 +177,8 @@ def _submit(
             if "mine" in claims:
                 run = Run.objects.get(pk=claims["mine"])
                 return SubmitResult("run", run, None, run.status, duplicate=True)
+            if locked.project.status == ProjectStatus.ARCHIVED:
+                raise SubmitRefused("project_archived", "This project is archived; restore it to send.")
             if locked.status == SessionStatus.ARCHIVED:
                 raise SubmitRefused("session_archived", "This session is archived; unarchive it to send.")
             attachments = list(attachments or [])
@@ -271,11 +273,12 @@ def new_turn_in_one_statement(
     first token's added time (bench/README.md), and tests/test_submit_fast_path.py holds it
     to the full path's decision case by case.
 
-    None when it is not that case (not visible, archived, a repeated client id, a run
-    active, the guard failed), or when a concurrent submit won a constraint: the caller
-    then takes the full path, which decides under the session's lock and answers every
-    case. The statement needs no lock to be safe: `one_active_run_per_session` and the
-    client-id constraint refuse whatever a concurrent decision would have made wrong.
+    None when it is not that case (not visible, the session or its project archived, a
+    repeated client id, a run active, the guard failed), or when a concurrent submit won a
+    constraint: the caller then takes the full path, which decides under the session's lock
+    and answers every case. The statement needs no lock to be safe:
+    `one_active_run_per_session` and the client-id constraint refuse whatever a concurrent
+    decision would have made wrong.
     """
     run = Run(
         session_id=session_id,
@@ -288,7 +291,8 @@ def new_turn_in_one_statement(
     fields = _run_insert_fields()
     # The viewer's own sessions only, staff too (SessionQuerySet.visible_to, as the full path).
     check_owner = viewer is not None
-    params: list[Any] = [session_id, *([viewer.pk] if check_owner else []), SessionStatus.ARCHIVED]
+    params: list[Any] = [session_id, *([viewer.pk] if check_owner else [])]
+    params += [SessionStatus.ARCHIVED, ProjectStatus.ARCHIVED]
     params += [client_id, client_id, *ACTIVE_STATUSES]
     condition = ""
     if guard is not None:
@@ -327,7 +331,7 @@ def _new_turn_statement(check_owner: bool, condition: str) -> str:
     owner = "AND p.owner_id = %s " if check_owner else ""
     return (
         f"WITH target AS (SELECT s.id FROM {session} s JOIN {project} p ON p.id = s.project_id "
-        f"WHERE s.id = %s {owner}AND s.status <> %s "
+        f"WHERE s.id = %s {owner}AND s.status <> %s AND p.status <> %s "
         f"AND NOT EXISTS (SELECT 1 FROM {intent} i WHERE i.session_id = s.id AND i.client_id = %s) "
         f"AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.session_id = s.id "
         f"AND (r.client_id = %s OR r.status IN ({active}))) "

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from intents import services as intents
 from projects.models import Session
-from runs import journal, notify
+from runs import journal, notify, search
 from runs.journal import NewEvent
 from runs.models import Control, ControlState, JournalEvent, Run, RunStatus
 
@@ -46,6 +46,8 @@ def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> l
         if next_run is not None:
             notify.wake_runners("run.queued", next_run.pk)
         transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
+        # Last, after every notification: the run's search document (docs/search.md).
+        search.index_on_commit(run_id)
     return rows
 
 

@@ -41,6 +41,7 @@ from websockets.sync.client import connect
 
 from intents.models import PendingIntent
 from projects.models import Project, Session, Workflow
+from runs import search
 from runs.live.routing import websocket_urlpatterns
 from runs.models import AgentJob, AgentJobKind, AgentJobState, Control, JournalEvent, Run, RunStatus
 from tests import factories
@@ -67,6 +68,7 @@ NOT_OBJECT_SCOPED = {
     "api/openapi.json": "the schema this sweep reads",
     "api/health": "the database's, the channel layer's and the runners' health",
     "api/projects": "the caller's own projects: list, create",
+    "api/search": "searches the caller's own turns (tests/test_search.py); swept for words A's turn holds",
     "api/<path:rest>": "the API's fallback: 404 for a path no route matched",
 }
 SWEPT_UNSCOPED: dict[str, Callable[[World], str]] = {
@@ -76,6 +78,8 @@ SWEPT_UNSCOPED: dict[str, Callable[[World], str]] = {
     "api/openapi.json": lambda w: "/api/openapi.json",
     "api/health": lambda w: "/api/health",
     "api/projects": lambda w: "/api/projects",
+    # Words of A's finished turn other than the marker (the answer repeats the query).
+    "api/search": lambda w: "/api/search?q=first+question",
     "api/<path:rest>": lambda w: f"/api/sessions/{w.idle.pk}/no-such-route",
 }
 
@@ -201,6 +205,7 @@ def build_world(user: Any, words: str, root: Path) -> World:
         state=AgentJobState.DONE,
         result={"sessions": listed},
     )
+    search.index_run(finished.pk)  # its words searchable, so a search by anyone else is swept for them
     return World(user, project, workflow, idle, busy, finished, active, intent, job)
 
 

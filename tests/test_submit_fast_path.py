@@ -17,7 +17,7 @@ from django.contrib.sessions.models import Session as DjangoSession
 from django.db import connection
 
 from hermesweb.auth import StillSignedIn
-from projects.models import Session, SessionStatus
+from projects.models import ProjectStatus, Session, SessionStatus
 from runs import services
 from runs.models import Run, RunSource, RunStatus
 from tests.factories import RunFactory, SessionFactory
@@ -50,6 +50,11 @@ def staff_on_someone_elses(user: Any, other: Any, staff: Any) -> dict[str, Any]:
 
 def archived(user: Any, other: Any, staff: Any) -> dict[str, Any]:
     return {"session": SessionFactory(project__owner=user, status=SessionStatus.ARCHIVED), "viewer": user}
+
+
+def project_archived(user: Any, other: Any, staff: Any) -> dict[str, Any]:
+    session = SessionFactory(project__owner=user, project__status=ProjectStatus.ARCHIVED)
+    return {"session": session, "viewer": user}
 
 
 def client_id_of_an_ended_run(user: Any, other: Any, staff: Any) -> dict[str, Any]:
@@ -97,6 +102,7 @@ CASES = [
     Case("another user's session", someone_elses, False),
     Case("staff on another user's session", staff_on_someone_elses, False),
     Case("archived", archived, False),
+    Case("project archived", project_archived, False),
     Case("client id of an ended run", client_id_of_an_ended_run, False),
     Case("client id of an intent", client_id_of_an_intent, False),
     Case("another run active", another_run_active, False),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from typing import Any, NamedTuple
 
 from channels.db import database_sync_to_async
@@ -21,7 +22,8 @@ from hermesweb.auth import socket_sign_in, socket_user_now
 from hermesweb.errors import database_unavailable_body
 from projects.models import Session
 from runs import services
-from runs.live.feed import SessionGone, tuning
+from runs.live.doorbell import tuning
+from runs.live.feed import SessionGone
 from runs.live.protocol import (
     HEARTBEAT,
     PONG,
@@ -35,6 +37,7 @@ from runs.live.protocol import (
     submitted_frame,
 )
 from runs.live.reads import can_view
+from runs.live.signins import Watched, get_watch
 from runs.live.subscription import Subscription
 from runs.schemas import SubmitOut
 
@@ -43,6 +46,30 @@ log = logging.getLogger(__name__)
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 CLOSE_INTERNAL_ERROR = 1011
+
+
+# Subscribes a socket may send: a burst of SUBSCRIBE_BURST, then SUBSCRIBE_PER_SECOND. Each one
+# reads the database (cursors, snapshot, replay); a browser sends one per socket, and again
+# only after a cursor error. Past the limit: a `rate_limited` error frame, the socket stays open.
+SUBSCRIBE_BURST = 10
+SUBSCRIBE_PER_SECOND = 1.0
+
+
+class TokenBucket:
+    def __init__(self, burst: float, per_second: float) -> None:
+        self.burst, self.per_second = burst, per_second
+        self.tokens = burst
+        self.at = time.monotonic()
+
+    def take(self) -> float:
+        """0 if a token was taken, else the seconds until one is there."""
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.at) * self.per_second)
+        self.at = now
+        if self.tokens >= 1:
+            self.tokens -= 1
+            return 0.0
+        return (1 - self.tokens) / self.per_second
 
 
 def heartbeat_seconds() -> float:
@@ -109,6 +136,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
     _subscription_task: asyncio.Task[None] | None = None
     _heartbeat_task: asyncio.Task[None] | None = None
     _authorized = False
+    _watched: Watched | None = None
+    _subscribes: TokenBucket | None = None
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
@@ -122,7 +151,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self._authorized = True
+        # Closed with 4401 within seconds of a logout, password change or deactivation.
+        self._watched = Watched(self.scope, self._signed_out)
+        await get_watch().add(self._watched)
         self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+
+    async def _signed_out(self) -> None:
+        self._authorized = False
+        await self._stop_subscription()
+        await self.close(code=CLOSE_UNAUTHENTICATED)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self._authorized:
@@ -140,6 +177,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         if isinstance(message, Submit):
             await self._submit(message)
+            return
+        if self._subscribes is None:
+            self._subscribes = TokenBucket(SUBSCRIBE_BURST, SUBSCRIBE_PER_SECOND)
+        wait = self._subscribes.take()
+        if wait:
+            # Refused before any work; the subscription in place, if any, goes on.
+            message_text = "Too many subscribe frames: send it again later."
+            await self.send(text_data=error_frame("rate_limited", message_text, retry_after=round(wait, 2)))
             return
         # A new subscribe replaces the previous one: its cursors are the client's truth now.
         await self._stop_subscription()
@@ -161,6 +206,8 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
+        if self._watched is not None:
+            await get_watch().remove(self._watched)
         await self._stop_subscription()
 
     async def _send_text(self, frame: str) -> None:

@@ -19,8 +19,8 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
 
-from hermesweb.env import env_float
 from runs import journal, notify
+from runs.live.doorbell import layer_down, poll_seconds, watch_layer
 from runs.live.protocol import EventFrame, envelope_frames, error_frame, row_frames, session_frame
 from runs.live.reads import (
     HeadsWanted,
@@ -43,21 +43,6 @@ INBOX_MAX = 2000
 WAKE_COALESCE_SECONDS = 0.025
 # Events that may change the session snapshot (active run status, title).
 STATE_EVENTS = frozenset({EventType.RUN_STARTED, EventType.STATUS, EventType.DONE, EventType.TITLE_UPDATED})
-
-
-def tuning(name: str, default: float) -> float:
-    """A timing knob: the Django setting if defined, else the environment variable of that name."""
-    value = getattr(settings, name, None)
-    if value is not None:
-        return float(value)
-    return env_float(name, default, minimum=0.001)
-
-
-def poll_seconds(doorbell_crosses_processes: bool) -> float:
-    if doorbell_crosses_processes:
-        return tuning("HERMESWEB_LIVE_SAFETY_POLL_SECONDS", 2.0)
-    # The InMemory layer cannot carry the runner's notifications: latency comes from this poll.
-    return tuning("HERMESWEB_LIVE_POLL_SECONDS", 0.1)
 
 
 # ---------------------------------------------------------------- what a feed hands its subscribers
@@ -166,8 +151,12 @@ class SessionFeed:
 
     # -------------------------------------------------------------- sources
 
+    def doorbell_works(self) -> bool:
+        # Now, not as at start: during a Redis outage the poll is the delivery (runs.live.doorbell).
+        return self.crosses_processes and self.channel is not None and not layer_down()
+
     def poll_interval(self) -> float:
-        return poll_seconds(self.crosses_processes and self.channel is not None)
+        return poll_seconds(self.doorbell_works())
 
     def poll_request(self) -> HeadsWanted:
         """What the hub's safety poll reads for this feed: runs still watched, and any newer run."""
@@ -264,7 +253,7 @@ class SessionFeed:
         events, behind the web's database thread. So a gap is read only once it has stayed
         open a poll interval. Without the doorbell the poll is the delivery: no grace.
         """
-        if not (self.crosses_processes and self.channel is not None):
+        if not self.doorbell_works():
             return False
         have = self.heads.get(head.run_id)
         if have is not None and have >= head.last_seq:
@@ -383,6 +372,8 @@ class LiveHub:
         self._poller: asyncio.Task[None] | None = None
         self._journal: asyncio.Task[None] | None = None
         self._journal_joined: asyncio.Future[None] | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self._poked = asyncio.Event()  # the layer went down: poll now, not after the safety interval
 
     def join(self, session_id: int, subscriber: Subscriber) -> SessionFeed:
         if self._journal is None or self._journal.done():
@@ -395,6 +386,8 @@ class LiveHub:
         feed.subscribers.add(subscriber)
         if self._poller is None or self._poller.done():
             self._poller = asyncio.ensure_future(self._poll_loop())
+        if settings.REDIS_URL and (self._watch is None or self._watch.done()):
+            self._watch = asyncio.ensure_future(watch_layer(self._poked.set))
         return feed
 
     @staticmethod
@@ -444,7 +437,9 @@ class LiveHub:
         while self.feeds:
             feeds = self._started_feeds()
             interval = min((feed.poll_interval() for feed in feeds), default=poll_seconds(False))
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poked.wait(), interval)
+            self._poked.clear()
             feeds = self._started_feeds()
             if not feeds:
                 continue
@@ -479,11 +474,13 @@ class LiveHub:
             with contextlib.suppress(Exception):
                 await starting
             await feed.stop()
-        if not self.feeds and self._journal is not None:
-            journal_task, self._journal = self._journal, None
-            journal_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await journal_task
+        if not self.feeds:
+            for task in (self._journal, self._watch):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await task
+            self._journal = self._watch = None
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub] = weakref.WeakKeyDictionary()

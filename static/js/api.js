@@ -25,7 +25,15 @@ export function csrfToken() {
   return document.querySelector('input[name=csrfmiddlewaretoken]')?.value || '';
 }
 
+// A page already on its way elsewhere (Sign out's form) is not sent to the login page by a
+// socket the server closes on the way: signing out closes the user's sockets at once.
+let leaving = false;
+addEventListener('beforeunload', () => {
+  leaving = true;
+});
+
 export function toLogin() {
+  if (leaving) return;
   const next = encodeURIComponent(location.pathname + location.search);
   location.assign(`/login/?next=${next}`);
 }
@@ -63,10 +71,10 @@ async function request(method, path, body) {
 const enc = encodeURIComponent;
 
 export const api = {
-  projects: () => request('GET', '/projects'),
+  projects: ({ includeArchived = false } = {}) => request('GET', `/projects${includeArchived ? '?include_archived=1' : ''}`),
   createProject: (body) => request('POST', '/projects', body),
   updateProject: (id, body) => request('PATCH', `/projects/${id}`, body),
-  sessions: (projectId) => request('GET', `/projects/${projectId}/sessions`),
+  sessions: (projectId, status) => request('GET', `/projects/${projectId}/sessions${status ? `?status=${status}` : ''}`),
   createSession: (projectId, title = '') => request('POST', `/projects/${projectId}/sessions`, { title }),
   session: (id) => request('GET', `/sessions/${id}`),
   updateSession: (id, body) => request('PATCH', `/sessions/${id}`, body),
@@ -78,6 +86,7 @@ export const api = {
   deleteWorkflow: (id) => request('DELETE', `/workflows/${id}`),
   submitMessage: (sessionId, body) => request('POST', `/sessions/${sessionId}/messages`, body),
   transcript: (sessionId) => request('GET', `/sessions/${sessionId}/transcript`),
+  search: (q, page = 1) => request('GET', `/search?q=${enc(q)}&page=${page}`),
   run: (id) => request('GET', `/runs/${id}`),
   runEvents: (id, afterSeq, limit = 500) => request('GET', `/runs/${id}/events?after_seq=${afterSeq}&limit=${limit}`),
   cancel: (runId) => request('POST', `/runs/${runId}/cancel`),
@@ -90,6 +99,10 @@ export const api = {
   // `runId`: the run the user saw running; if another one is active by now the server answers 409.
   steerIntent: (id, runId) => request('POST', `/intents/${id}/steer`, runId ? { run_id: runId } : {}),
   stopAndSend: (id, runId) => request('POST', `/intents/${id}/stop-and-send`, runId ? { run_id: runId } : {}),
+  // Session discovery and import: agent jobs a runner carries out (docs/operations.md).
+  discover: (projectId) => request('POST', `/projects/${projectId}/discover`),
+  importSession: (projectId, agentSessionId) => request('POST', `/projects/${projectId}/import`, { agent_session_id: agentSessionId }),
+  job: (id) => request('GET', `/jobs/${id}`),
 };
 
 // Rendered, sanitized markdown of settled turns (hermesweb/views.py), parsed

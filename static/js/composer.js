@@ -17,6 +17,7 @@ export class Composer {
     this.paletteIndex = 0;
     this.paletteItems = [];
     this.disabledReason = null;
+    this.lock = null;
     this.narrow = window.matchMedia('(max-width: 800px)');
     this.narrow.addEventListener('change', () => this.render());
 
@@ -26,6 +27,11 @@ export class Composer {
     this.modeBox = root.querySelector('[data-role=mode]');
     this.palette = root.querySelector('[data-role=palette]');
     this.note = root.querySelector('[data-role=note]');
+    this.row = root.querySelector('[data-role=composer-row]');
+    this.lockBox = root.querySelector('[data-role=lock]');
+    this.lockText = root.querySelector('[data-role=lock-text]');
+    this.lockButton = root.querySelector('[data-role=lock-action]');
+    this.lockButton.addEventListener('click', () => this.unlock());
     this.modeButtons = [...this.modeBox.querySelectorAll('button[data-mode]')];
 
     this.textarea.addEventListener('keydown', (event) => this.onKey(event));
@@ -72,6 +78,30 @@ export class Composer {
     this.render();
   }
 
+  // Read-only (an archived session or project): `lock` {text, action, run} says why and offers
+  // the way back in place of the message box; null takes messages again. A draft is kept.
+  setLocked(lock) {
+    const had = !!this.lock;
+    this.lock = lock;
+    this.lockText.textContent = lock?.text || '';
+    this.lockButton.textContent = lock?.action || '';
+    this.lockButton.hidden = !lock?.action;
+    this.lockButton.disabled = false;
+    this.render();
+    if (had && !lock && this.root.contains(document.activeElement)) this.textarea.focus();
+  }
+
+  async unlock() {
+    if (!this.lock?.run) return;
+    this.lockButton.disabled = true;
+    try {
+      await this.lock.run();
+    } catch (error) {
+      this.setNote(`Could not restore: ${error.message}`);
+      this.lockButton.disabled = false;
+    }
+  }
+
   setNote(text) {
     this.note.textContent = text || '';
     this.note.hidden = !text;
@@ -86,8 +116,11 @@ export class Composer {
     this.stopButton.disabled = !this.canStop;
     this.sendButton.textContent = !this.active ? 'Send' : this.mode === 'steer' ? 'Steer' : 'Queue';
     this.sendButton.dataset.mode = this.active ? this.mode : 'send';
-    this.textarea.disabled = !!this.disabledReason;
-    this.sendButton.disabled = !!this.disabledReason;
+    this.lockBox.hidden = !this.lock;
+    this.row.hidden = !!this.lock;
+    this.root.dataset.locked = this.lock ? this.lock.kind || 'locked' : '';
+    this.textarea.disabled = !!this.disabledReason || !!this.lock;
+    this.sendButton.disabled = !!this.disabledReason || !!this.lock;
     this.textarea.placeholder = this.disabledReason
       ? this.disabledReason
       : this.active
@@ -132,7 +165,7 @@ export class Composer {
 
   submit() {
     const text = this.textarea.value;
-    if (!text.trim() || this.disabledReason) return;
+    if (!text.trim() || this.disabledReason || this.lock) return;
     const mode = this.active ? this.mode : 'auto';
     this.textarea.value = '';
     this.autosize();

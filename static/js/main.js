@@ -1,6 +1,7 @@
 // Entry point: wires the page's parts to the data the server embedded.
 
 import { api } from './api.js';
+import { composerLock } from './archive.js';
 import { Composer } from './composer.js';
 import { setDiffRoot } from './diff.js';
 import { uuid } from './dom.js';
@@ -8,6 +9,7 @@ import { IntentsPanel } from './intents.js';
 import { installKeyMap, showKeyMap } from './keys.js';
 import { askPermissionOnce } from './notify.js';
 import { outbox } from './outbox.js';
+import { SearchPanel } from './search.js';
 import { SessionController } from './session.js';
 import { alertDialog, Sidebar } from './sidebar.js';
 import { StatusLine } from './status.js';
@@ -32,6 +34,14 @@ themeToggle($('theme'));
 $('keys').addEventListener('click', () => showKeyMap());
 
 let controller = null;
+// The search box also searches every session's turns; a hit in the open session is shown in place.
+new SearchPanel($('search'), $('search-results'), {
+  onOpen: (sessionId, runId) => {
+    if (!controller || controller.sessionId !== sessionId || !controller.revealRun(runId)) return false;
+    setNav(false);
+    return true;
+  },
+});
 // A project edited in the sidebar: its Queue-or-Steer default applies from the next message on.
 document.addEventListener('hermesweb:project-updated', (event) => {
   const project = event.detail;
@@ -43,6 +53,9 @@ document.addEventListener('hermesweb:project-updated', (event) => {
     $('title').textContent = project.name;
     document.title = `${project.name} · hermesweb`;
   }
+  // Archived or restored: the composer locks or takes messages again.
+  if (controller) controller.refresh();
+  else composer.setLocked(composerLock({ project: data.project }));
 });
 const status = new StatusLine($('status'), { onRetry: () => controller?.socket?.reconnectNow() });
 const composer = new Composer($('composer'), {
@@ -70,6 +83,7 @@ if (data.session) {
   status.setConnection('idle');
   status.setRun(null);
   composer.setDefaultMode(data.project.running_default);
+  composer.setLocked(composerLock({ project: data.project }));
   root.dataset.ready = 'true';
 } else {
   status.setConnection('idle');

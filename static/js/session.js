@@ -8,6 +8,7 @@
 // waits while the gap is read from GET /api/runs/{id}/events.
 
 import { api, ApiError, fetchFragments, NetworkError, toLogin } from './api.js';
+import { composerLock } from './archive.js';
 import { h, uuid } from './dom.js';
 import { askPermissionOnce, notifyIfHidden } from './notify.js';
 import { outbox } from './outbox.js';
@@ -39,7 +40,7 @@ export class SessionController {
     this.resyncAgain = false;
     this.lastPoll = 0;
     this.agentTitle = null;
-    this.archived = false;
+    this.lockKind = null;
     this.handlers = {
       approve: (view, item, option) => this.approve(view, item, option),
       clarify: (view, item, answer) => this.clarify(view, item, answer),
@@ -55,6 +56,12 @@ export class SessionController {
       this.session.title = event.detail.title;
       this.renderTitle();
     });
+    // Archived or restored from the sidebar or the composer.
+    document.addEventListener('hermesweb:session-updated', (event) => {
+      if (event.detail.id !== this.sessionId) return;
+      this.session.status = event.detail.status;
+      this.refresh();
+    });
   }
 
   // ---------------------------------------------------------------- start-up
@@ -64,9 +71,11 @@ export class SessionController {
     this.renderTitle();
     try {
       await this.loadTranscript({ withFragments: true, initial: true });
+      this.revealFromHash();
     } catch (error) {
       this.showLoadError(error);
     }
+    window.addEventListener('hashchange', () => this.revealFromHash());
     this.socket = new SessionSocket({
       sessionId: this.sessionId,
       cursors: () => this.cursors(),
@@ -395,10 +404,11 @@ export class SessionController {
     this.status.setRun(active ? active.status : null);
     this.status.setUsage(this.lastUsage());
     this.composer.setActive(!!active, { canStop: !!active && active.status !== 'cancelling' });
-    const archived = this.session.status === 'archived';
-    if (archived !== this.archived) {
-      this.archived = archived;
-      this.composer.setDisabled(archived ? 'This session is archived; it takes no new messages.' : null);
+    // Read-only while the session or its project is archived: the composer says which, with Restore.
+    const lock = composerLock({ project: this.project, session: { ...this.session, id: this.sessionId } });
+    if ((lock?.kind ?? null) !== this.lockKind) {
+      this.lockKind = lock?.kind ?? null;
+      this.composer.setLocked(lock);
     }
     this.intents.setActiveRun(active && active.status !== 'queued' ? active.runId : null);
     this.renderAttention();
@@ -496,6 +506,25 @@ export class SessionController {
     return true;
   }
 
+  // A search hit (`#run-<id>`, search.js): its turn scrolled to the top of the view, focused and
+  // marked; the reader's place from then on, so the stream does not pull the view away.
+  revealRun(runId) {
+    const view = this.turns.get(Number(runId));
+    if (!view) return false;
+    for (const el of this.els.transcript.querySelectorAll('.turn.revealed')) el.classList.remove('revealed');
+    view.el.classList.add('revealed');
+    this.currentTurn = view;
+    view.el.scrollIntoView({ block: 'start' });
+    view.el.focus({ preventScroll: true });
+    this.stick = this.atBottom();
+    return true;
+  }
+
+  revealFromHash() {
+    const match = /^#run-(\d+)$/.exec(location.hash);
+    return match ? this.revealRun(Number(match[1])) : false;
+  }
+
   // Send a turn's prompt again, as a new turn (a new client_id: not a duplicate of the first).
   retry(view) {
     const text = view.turn.prompt_text || '';
@@ -541,6 +570,10 @@ export class SessionController {
       } else {
         outbox.remove(entry.client_id);
         this.showOutgoing(entry, 'refused', error.message);
+        // Archived since the page loaded (another tab): the composer says so from now on.
+        if (error.code === 'session_archived') this.session.status = 'archived';
+        if (error.code === 'project_archived' && this.project) this.project.status = 'archived';
+        this.refresh();
       }
     }
   }

@@ -1,8 +1,11 @@
-// Projects and their sessions: search, rename, delete, new session, new project, edit a
-// project; workflows: launch, new, edit, delete. All through the API (projects/api.py).
+// Projects and their sessions: search, rename, archive and restore, delete, new session,
+// import the agent's sessions, new project, edit, archive and restore a project; workflows:
+// launch, new, edit, delete. All through the API (projects/api.py).
 
 import { api, ApiError } from './api.js';
+import { archivedProjects, archivedSessions, isArchived, setProjectStatus, setSessionStatus } from './archive.js';
 import { h, uuid } from './dom.js';
+import { importDialog } from './import.js';
 
 export function sessionTitle(session) {
   return session.title || `Untitled session ${session.id}`;
@@ -21,11 +24,17 @@ export class Sidebar {
     this.renaming = null;
     this.renameDraft = null;
     this.query = '';
+    // Archived lists are collapsed, unless the page is on something in them.
+    this.archivedOpen = new Set(isArchived(data.session) ? [this.currentProjectId] : []);
+    this.archivedProjectsOpen = isArchived(data.project);
     if (this.currentProjectId !== null) {
       this.sessions.set(this.currentProjectId, data.sessions || []);
       this.workflows.set(this.currentProjectId, data.workflows || []);
       this.expanded.add(this.currentProjectId);
     }
+    // Archived or restored here, from the composer, or by another tab (the session socket).
+    document.addEventListener('hermesweb:session-updated', (event) => this.updateSession(event.detail));
+    document.addEventListener('hermesweb:project-updated', (event) => this.replaceProject(event.detail));
     this.list = root.querySelector('[data-role=project-list]');
     this.search = root.querySelector('[data-role=search]');
     this.search.addEventListener('input', () => {
@@ -50,38 +59,60 @@ export class Sidebar {
     }
   }
 
-  // The open session changed (title, active run) — keep its entry in step.
+  // The open session changed (title, active run, status) — keep its entry in step.
   updateSession(session) {
     const list = this.sessions.get(session.project_id);
     if (!list) return;
     const index = list.findIndex((s) => s.id === session.id);
+    const was = index === -1 ? null : list[index];
     if (index === -1) list.unshift(session);
     else list[index] = { ...list[index], ...session };
+    // The page's own session archived: its entry stays in view, in the opened Archived list.
+    if (session.id === this.currentSessionId && isArchived(session) && !isArchived(was)) this.archivedOpen.add(session.project_id);
+    this.render();
+  }
+
+  replaceProject(project) {
+    if (!this.projects.some((p) => p.id === project.id)) return;
+    this.projects = this.projects.map((p) => (p.id === project.id ? { ...p, ...project } : p));
+    if (project.id === this.currentProjectId && isArchived(project)) this.archivedProjectsOpen = true;
     this.render();
   }
 
   render() {
     const q = this.query;
     const items = [];
+    const shelved = [];
     for (const project of this.projects) {
       const sessions = this.sessions.get(project.id) || [];
       const matching = q ? sessions.filter((s) => sessionTitle(s).toLowerCase().includes(q)) : sessions;
       const projectMatches = q && project.name.toLowerCase().includes(q);
       if (q && !projectMatches && !matching.length) continue;
       const open = this.expanded.has(project.id) || !!q;
-      items.push(this.renderProject(project, projectMatches ? sessions : matching, open));
+      (isArchived(project) ? shelved : items).push(this.renderProject(project, projectMatches ? sessions : matching, open));
     }
     if (!this.projects.length) {
       items.push(h('li', { class: 'empty' }, 'No projects yet. Create one to start.'));
-    } else if (!items.length) {
-      items.push(h('li', { class: 'empty', text: 'Nothing matches.' }));
+    } else if (q && !items.length && !shelved.length) {
+      items.push(h('li', { class: 'empty', text: 'No session titles match.' }));
+    } else if (!q && !items.length) {
+      items.push(h('li', { class: 'empty', text: 'No active projects.' }));
     }
-    this.list.replaceChildren(...items);
+    const toggle = () => {
+      this.archivedProjectsOpen = !this.archivedProjectsOpen;
+      this.render();
+      this.list.querySelector('.archived-projects > .section-toggle')?.focus();
+    };
+    items.push(archivedProjects({ items: shelved, open: this.archivedProjectsOpen || !!q, onToggle: toggle }));
+    this.list.replaceChildren(...items.filter(Boolean));
   }
 
   renderProject(project, sessions, open) {
     const current = project.id === this.currentProjectId;
+    const archived = isArchived(project);
     const workflows = this.workflows.get(project.id) || [];
+    const live = sessions.filter((s) => !isArchived(s));
+    const shelved = sessions.filter(isArchived);
     const toggle = async () => {
       if (this.expanded.has(project.id)) this.expanded.delete(project.id);
       else {
@@ -92,22 +123,25 @@ export class Sidebar {
     };
     return h(
       'li',
-      { class: `project${current ? ' current' : ''}`, dataset: { projectId: String(project.id) } },
+      { class: `project${current ? ' current' : ''}${archived ? ' archived' : ''}`, dataset: { projectId: String(project.id) } },
       h(
         'div',
         { class: 'project-row' },
         h('button', { type: 'button', class: 'disclosure', 'aria-expanded': String(open), 'aria-label': `Show sessions of ${project.name}`, text: open ? '▾' : '▸', onclick: toggle }),
         h('a', { class: 'project-name', href: `/projects/${project.id}/`, text: project.name }),
         h('button', { type: 'button', class: 'icon', 'data-role': 'edit-project', title: 'Project settings', 'aria-label': `Edit project ${project.name}`, text: '⚙', onclick: () => this.editProjectDialog(project) }),
-        h('button', { type: 'button', class: 'btn small', 'data-role': 'new-session', title: 'New session', text: '+ New', onclick: () => this.newSession(project) }),
+        archived
+          ? h('button', { type: 'button', class: 'btn small', 'data-role': 'restore-project', 'aria-label': `Restore project ${project.name}`, text: 'Restore', onclick: () => this.setProjectArchived(project, false) })
+          : h('button', { type: 'button', class: 'btn small', 'data-role': 'new-session', title: 'New session', text: '+ New', onclick: () => this.newSession(project) }),
       ),
       open
         ? h(
             'ul',
             { class: 'session-list' },
-            sessions.length ? sessions.map((s) => this.renderSession(s)) : h('li', { class: 'empty', text: 'No sessions yet.' }),
+            live.length ? live.map((s) => this.renderSession(s)) : h('li', { class: 'empty', text: shelved.length ? 'No active sessions.' : 'No sessions yet.' }),
           )
         : null,
+      open ? this.renderSessionExtras(project, shelved) : null,
       open && current
         ? h(
             'div',
@@ -128,13 +162,56 @@ export class Sidebar {
                   h('span', { class: 'workflow-name', text: w.name, title: w.description || w.prompt_template }),
                   h('button', { type: 'button', class: 'icon', 'data-role': 'edit-workflow', title: 'Edit', 'aria-label': `Edit workflow ${w.name}`, text: '✎', onclick: () => this.workflowDialog(project, w) }),
                   h('button', { type: 'button', class: 'icon', 'data-role': 'delete-workflow', title: 'Delete', 'aria-label': `Delete workflow ${w.name}`, text: '✕', onclick: () => this.deleteWorkflow(project, w) }),
-                  h('button', { type: 'button', class: 'btn small', 'data-role': 'launch', text: 'Launch', onclick: () => this.launchDialog(w) }),
+                  archived ? null : h('button', { type: 'button', class: 'btn small', 'data-role': 'launch', text: 'Launch', onclick: () => this.launchDialog(w) }),
                 ),
               ),
             ),
           )
         : null,
     );
+  }
+
+  // Under a project's sessions: its Archived list (collapsed) and Import.
+  renderSessionExtras(project, shelved) {
+    const open = this.archivedOpen.has(project.id) || (!!this.query && shelved.length > 0);
+    const toggle = () => {
+      if (this.archivedOpen.has(project.id)) this.archivedOpen.delete(project.id);
+      else this.archivedOpen.add(project.id);
+      this.render();
+      this.list.querySelector(`[data-project-id="${project.id}"] .archived-sessions .section-toggle`)?.focus();
+    };
+    const list = archivedSessions({ project, sessions: shelved, open, onToggle: toggle, renderSession: (s) => this.renderSession(s) });
+    const importButton = isArchived(project)
+      ? null
+      : h('button', { type: 'button', class: 'btn link small', 'data-role': 'import-sessions', 'aria-label': `Import agent sessions into ${project.name}`, text: 'Import…', onclick: () => importDialog(project) });
+    if (!list && !importButton) return null;
+    return h('div', { class: 'session-extras' }, list, importButton);
+  }
+
+  async setSessionArchived(session, archived) {
+    try {
+      await setSessionStatus(session, archived ? 'archived' : 'active');
+    } catch (error) {
+      alertDialog(`Could not ${archived ? 'archive' : 'restore'} the session: ${error.message}`);
+      return;
+    }
+    // Focus stays near what moved: the Archived list's toggle, or the restored session.
+    const row = this.list.querySelector(`[data-project-id="${session.project_id}"]`);
+    const target = archived ? row?.querySelector('.archived-sessions .section-toggle') : row?.querySelector(`.session[data-session-id="${session.id}"] a`);
+    target?.focus();
+  }
+
+  async setProjectArchived(project, archived) {
+    try {
+      await setProjectStatus(project, archived ? 'archived' : 'active');
+    } catch (error) {
+      alertDialog(`Could not ${archived ? 'archive' : 'restore'} the project: ${error.message}`);
+      return;
+    }
+    const target = archived
+      ? this.list.querySelector('.archived-projects > .section-toggle')
+      : this.list.querySelector(`.project[data-project-id="${project.id}"] .project-name`);
+    target?.focus();
   }
 
   renderSession(session) {
@@ -186,12 +263,20 @@ export class Sidebar {
         session.active_run_id ? h('span', { class: 'running-dot', title: 'A run is active', 'aria-label': 'running' }) : null,
         h('span', { class: 'session-title', text: sessionTitle(session) }),
       ),
-      h(
-        'span',
-        { class: 'session-actions' },
-        h('button', { type: 'button', class: 'icon', title: 'Rename', 'aria-label': `Rename ${sessionTitle(session)}`, dataset: { action: 'rename' }, text: '✎', onclick: () => ((this.renaming = session.id), (this.renameDraft = null), this.render()) }),
-        h('button', { type: 'button', class: 'icon', title: 'Delete', 'aria-label': `Delete ${sessionTitle(session)}`, dataset: { action: 'delete' }, text: '✕', onclick: () => this.deleteSession(session) }),
-      ),
+      isArchived(session)
+        ? h(
+            'span',
+            { class: 'session-actions archived' },
+            h('button', { type: 'button', class: 'btn link small', 'aria-label': `Restore ${sessionTitle(session)}`, dataset: { action: 'restore' }, text: 'Restore', onclick: () => this.setSessionArchived(session, false) }),
+            h('button', { type: 'button', class: 'icon', title: 'Delete', 'aria-label': `Delete ${sessionTitle(session)}`, dataset: { action: 'delete' }, text: '✕', onclick: () => this.deleteSession(session) }),
+          )
+        : h(
+            'span',
+            { class: 'session-actions' },
+            h('button', { type: 'button', class: 'icon', title: 'Rename', 'aria-label': `Rename ${sessionTitle(session)}`, dataset: { action: 'rename' }, text: '✎', onclick: () => ((this.renaming = session.id), (this.renameDraft = null), this.render()) }),
+            h('button', { type: 'button', class: 'icon', title: 'Archive', 'aria-label': `Archive ${sessionTitle(session)}`, dataset: { action: 'archive' }, text: '⤓', onclick: () => this.setSessionArchived(session, true) }),
+            h('button', { type: 'button', class: 'icon', title: 'Delete', 'aria-label': `Delete ${sessionTitle(session)}`, dataset: { action: 'delete' }, text: '✕', onclick: () => this.deleteSession(session) }),
+          ),
     );
   }
 
@@ -271,6 +356,26 @@ export class Sidebar {
         ),
         h('p', { class: 'hint muted', text: `Directory: ${project.path}` }),
         error,
+        h(
+          'div',
+          { class: 'dialog-aside' },
+          h('p', {
+            class: 'hint muted',
+            text: isArchived(project)
+              ? 'This project is archived: it is listed under Archived projects and its sessions take no new messages.'
+              : 'Archiving hides the project from the list; its sessions stay readable and take no new messages until it is restored.',
+          }),
+          h('button', {
+            type: 'button',
+            class: 'btn small',
+            'data-role': isArchived(project) ? 'restore-project' : 'archive-project',
+            text: isArchived(project) ? 'Restore project' : 'Archive project',
+            onclick: () => {
+              dialog.close();
+              this.setProjectArchived(project, !isArchived(project));
+            },
+          }),
+        ),
       ],
       'Save',
       async (form) => {

@@ -112,7 +112,8 @@ export class TurnView {
     );
     return h(
       'article',
-      { class: 'turn', tabindex: '-1', 'aria-label': `Turn: ${prompt.slice(0, 80)}`, dataset: { runId: String(this.runId) } },
+      // The id is the address a search hit opens (`#run-<id>`, SessionController.revealRun).
+      { class: 'turn', id: `run-${this.runId}`, tabindex: '-1', 'aria-label': `Turn: ${prompt.slice(0, 80)}`, dataset: { runId: String(this.runId) } },
       h(
         'div',
         { class: 'user-turn' },

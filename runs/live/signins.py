@@ -1,0 +1,149 @@
+"""The sign-ins of this process's sockets: a socket whose sign-in ended is closed with 4401.
+
+Design note: docs/live-delivery.md ("Sign-in"), docs/security.md. Two ways in, both per process,
+never per socket: the fast path is the user's doorbell (`notify.user_group`, rung after a logout,
+a password change, a deactivation: hermesweb.auth's signals), and the safety net is one batched
+re-check every `HERMESWEB_LIVE_SIGNIN_CHECK_SECONDS` (3 s) for what no signal sees (a
+`QuerySet.update`, expiry, a change made without Redis in another process, a lost doorbell).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from hermesweb.auth import StillSignedIn, session_tag, sign_in_facts, socket_user_now, still_signed_in
+from runs import notify
+from runs.live.doorbell import tuning
+
+log = logging.getLogger(__name__)
+
+
+def check_seconds() -> float:
+    return tuning("HERMESWEB_LIVE_SIGNIN_CHECK_SECONDS", 3.0)
+
+
+class Watched:
+    """One socket's sign-in, and how to close the socket when it ends."""
+
+    def __init__(self, scope: dict[str, Any], signed_out: Callable[[], Awaitable[None]]) -> None:
+        self.scope = scope
+        self.user_id = scope["user"].pk
+        self.facts: StillSignedIn | None = sign_in_facts(scope)
+        self.tag = session_tag(scope["session"].session_key)
+        self.signed_out = signed_out
+
+
+def ended(sockets: Iterable[Watched]) -> list[Watched]:
+    """The sockets whose sign-in no longer stands (sync: run in a thread)."""
+    sockets = list(sockets)
+    holding = still_signed_in({s.facts for s in sockets if s.facts is not None})
+    gone = [s for s in sockets if s.facts is not None and s.facts not in holding]
+    # Another session engine: asked as Django's get_user would, a socket at a time.
+    gone += [s for s in sockets if s.facts is None and socket_user_now(s.scope) is None]
+    return gone
+
+
+class SignInWatch:
+    """This event loop's signed-in sockets, by user; one channel for the users' doorbells."""
+
+    def __init__(self) -> None:
+        self.by_user: dict[Any, set[Watched]] = {}
+        self.channel: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._joining: asyncio.Lock = asyncio.Lock()
+
+    async def add(self, socket: Watched) -> None:
+        if not self._tasks:
+            self._tasks = [asyncio.ensure_future(self._check_loop()), asyncio.ensure_future(self._listen())]
+        sockets = self.by_user.setdefault(socket.user_id, set())
+        sockets.add(socket)
+        if len(sockets) == 1:
+            await self._group("group_add", socket.user_id)
+
+    async def remove(self, socket: Watched) -> None:
+        sockets = self.by_user.get(socket.user_id)
+        if sockets is None or socket not in sockets:
+            return
+        sockets.discard(socket)
+        if not sockets:
+            del self.by_user[socket.user_id]
+            await self._group("group_discard", socket.user_id)
+        if not self.by_user:
+            tasks, self._tasks = self._tasks, []
+            for task in tasks:
+                task.cancel()
+            self.channel = None
+
+    async def _group(self, action: str, user_id: Any) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            async with self._joining:
+                if self.channel is None:
+                    self.channel = await layer.new_channel()
+                await getattr(layer, action)(notify.user_group(user_id), self.channel)
+        except Exception:
+            # The periodic re-check still closes this user's sockets, a few seconds later.
+            log.warning("sign-in doorbell for user %s: channel layer unavailable", user_id, exc_info=True)
+
+    async def _listen(self) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        while self.channel is None:
+            await asyncio.sleep(0.05)  # the first add creates it
+        channel = self.channel
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except Exception:
+                log.warning("sign-in doorbell: receive failed", exc_info=True)
+                await asyncio.sleep(1.0)
+                continue
+            sockets = tuple(self.by_user.get(message.get("user_id"), ()))
+            tag = message.get("session_tag")
+            if tag is not None:
+                # Signed out: that session is being flushed as this arrives, so no need to ask.
+                await self._close([s for s in sockets if s.tag == tag])
+            elif sockets:
+                await self._check(sockets)
+
+    async def _check_loop(self) -> None:
+        while True:
+            await asyncio.sleep(check_seconds())
+            sockets = [s for group in self.by_user.values() for s in group]
+            if sockets:
+                await self._check(sockets)
+
+    async def _check(self, sockets: Iterable[Watched]) -> None:
+        try:
+            gone = await database_sync_to_async(ended)(list(sockets))
+        except Exception:
+            log.warning("sign-in re-check failed; trying again later", exc_info=True)
+            return
+        await self._close(gone)
+
+    async def _close(self, sockets: Iterable[Watched]) -> None:
+        for socket in sockets:
+            with contextlib.suppress(Exception):
+                await socket.signed_out()
+
+
+_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SignInWatch] = weakref.WeakKeyDictionary()
+
+
+def get_watch() -> SignInWatch:
+    loop = asyncio.get_running_loop()
+    watch = _watches.get(loop)
+    if watch is None:
+        watch = _watches[loop] = SignInWatch()
+    return watch
