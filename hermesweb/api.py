@@ -131,11 +131,20 @@ class RunnerHealth(Schema):
     alive: bool
 
 
+class SandboxHealth(Schema):
+    """The agent sandbox (docs/security.md): warnings only; an unsandboxed agent still works."""
+
+    ok: bool
+    bwrap: str | None
+    warnings: list[str]
+
+
 class HealthOut(Schema):
     ok: bool
     database: DatabaseHealth
     channel_layer: ChannelLayerHealth
     runners: list[RunnerHealth]
+    sandbox: SandboxHealth
 
 
 def _database_health() -> DatabaseHealth:
@@ -186,18 +195,46 @@ def _runners_health() -> list[RunnerHealth]:
     ]
 
 
+def _sandbox_health(runners: list[Any]) -> SandboxHealth:
+    """This host's bubblewrap and agents configured `sandbox = "none"`, and what alive runners
+    (which may run on other hosts) say they started unsandboxed."""
+    from runs import agents
+
+    warnings = agents.sandbox_warnings(settings.HERMESWEB_AGENTS.values())
+    for runner in runners:
+        for name, caps in (runner.agent_capabilities or {}).items():
+            if isinstance(caps, dict) and caps.get("sandbox") == "none":
+                warnings.append(f"runner {runner.id} runs agent {name!r} unsandboxed")
+    return SandboxHealth(ok=not warnings, bwrap=agents.bwrap().path, warnings=warnings)
+
+
+def _alive_runners() -> list[Any]:
+    from runs.models import Runner
+
+    return list(Runner.objects.alive().only("id", "agent_capabilities")[:100])
+
+
 @api.get("/health", response={200: HealthOut, 503: HealthOut}, tags=["health"])
 def health(request: HttpRequest) -> Status[HealthOut]:
-    """Database, channel layer (a Redis ping when configured) and the runners' heartbeats.
+    """Database, channel layer (a Redis ping when configured), the runners' heartbeats, and
+    the agent sandbox.
 
     503 when the database or the channel layer fails; a missing runner is
-    reported, not failed, because the web process is still useful without one.
+    reported, not failed, because the web process is still useful without one;
+    so are agents that run unsandboxed (`runs.agents.sandbox_warnings`).
     """
     database = _database_health()
     channel_layer = _channel_layer_health()
     runners = _runners_health() if database.ok else []
+    alive = _alive_runners() if database.ok else []
     ok = database.ok and channel_layer.ok
-    body = HealthOut(ok=ok, database=database, channel_layer=channel_layer, runners=runners)
+    body = HealthOut(
+        ok=ok,
+        database=database,
+        channel_layer=channel_layer,
+        runners=runners,
+        sandbox=_sandbox_health(alive),
+    )
     return Status(200 if ok else 503, body)
 
 

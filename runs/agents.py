@@ -6,12 +6,15 @@ through the API, because an agent entry is a command line the runner executes.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import shutil
+import subprocess
 import sys
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +34,40 @@ class AgentSpec:
     # How steer reaches the agent: "slash" (a `/steer text` prompt mid-turn),
     # "extension" (`_session/steering`), "auto" (detected: detected_steer), "none".
     steer: str = "auto"
+    # Where the agent runs (runs/runner/sandbox.py): "auto" in bubblewrap when bwrap works on
+    # this host, else unsandboxed with a warning; "required" bubblewrap or no start; "none" never.
+    sandbox: str = "auto"
 
     def resolved_command(self) -> str | None:
         if os.path.isabs(self.command):
             return self.command if os.access(self.command, os.X_OK) else None
         return shutil.which(self.command)
+
+    @property
+    def is_hermes(self) -> bool:
+        """Hermes keeps its sessions, memories and config under HERMES_HOME (per user: agent_state_dir)."""
+        return "HERMES_HOME" in self.env or os.path.basename(self.command) in HERMES_COMMANDS
+
+    def operator_hermes_home(self, environ: Mapping[str, str] = os.environ) -> Path:
+        """The operator's Hermes home, whose config.yaml (and .env) every user's Hermes reads."""
+        configured = self.env.get("HERMES_HOME") or environ.get("HERMES_HOME")
+        return Path(configured) if configured else Path(environ.get("HOME") or Path.home()) / ".hermes"
+
+
+# Commands that are Hermes even when the operator set no HERMES_HOME (the built-in entry).
+HERMES_COMMANDS = frozenset({"hermes-acp", "hermes"})
+SANDBOX_MODES = ("auto", "required", "none")
+
+
+def agent_state_dir(data_dir: Path, owner_id: int, agent_name: str) -> Path:
+    """Where one user's sessions of one agent live: the agent's HOME (and HERMES_HOME for Hermes).
+
+    A project has one owner, so the runner derives it from the project; two users never share
+    an agent session store, so discovery and import only ever reach the user's own sessions.
+    """
+    # Agent names come from the operator; still, a name must stay one path component.
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", agent_name).lstrip(".") or "_"
+    return Path(data_dir) / "agents" / str(int(owner_id)) / safe
 
 
 # Agents that take `/steer <text>` mid-turn though their initialize does not say so.
@@ -56,11 +88,13 @@ def detected_steer(agent_name: str | None, meta: dict[str, Any], command_names: 
     return "none"
 
 
-def builtin_agents(data_dir: Path) -> dict[str, dict[str, Any]]:
+def builtin_agents(data_dir: Path | None = None) -> dict[str, dict[str, Any]]:
+    """The built-in entries. `data_dir` is no longer read: agents keep their state per user."""
     return {
         "demo": {
             "command": sys.executable,
-            "args": ["-m", "runs.demo_agent", "--home", str(data_dir / "demo-agent")],
+            # No --home: the agent keeps its sessions under $HOME, the user's state directory.
+            "args": ["-m", "runs.demo_agent"],
             # The agent runs with the project as cwd; it must still find its own package.
             "env": {
                 "PYTHONPATH": str(Path(__file__).resolve().parent.parent),
@@ -97,6 +131,9 @@ def _spec(name: str, raw: Any, source: str) -> AgentSpec:
     steer = raw.get("steer", "auto")
     if steer not in {"auto", "slash", "extension", "none"}:
         raise ImproperlyConfigured(f"{source}: agent {name!r} 'steer' must be auto|slash|extension|none")
+    sandbox = raw.get("sandbox", "auto")
+    if sandbox not in SANDBOX_MODES:
+        raise ImproperlyConfigured(f"{source}: agent {name!r} 'sandbox' must be {'|'.join(SANDBOX_MODES)}")
     return AgentSpec(
         name=name,
         command=command,
@@ -104,6 +141,7 @@ def _spec(name: str, raw: Any, source: str) -> AgentSpec:
         env=dict(env),
         cumulative_usage=bool(raw.get("cumulative_usage", False)),
         steer=steer,
+        sandbox=sandbox,
     )
 
 
@@ -132,10 +170,81 @@ def load_agents(
             raise ImproperlyConfigured(f"HERMESWEB_AGENTS must be a JSON object: {exc}") from None
         if not isinstance(data, dict):
             raise ImproperlyConfigured(
-                "HERMESWEB_AGENTS must be a JSON object of name → {command, args, env}"
+                "HERMESWEB_AGENTS must be a JSON object of name → {command, args, env, …}"
             )
         merged.update({name: (raw, "HERMESWEB_AGENTS") for name, raw in data.items()})
     return {name: _spec(name, raw, source) for name, (raw, source) in merged.items()}
+
+
+# ---------------------------------------------------------------- the agent sandbox on this host
+# Whether agents run in bubblewrap here (runs/runner/sandbox.py builds the command line); read by
+# the runner, doctor and /api/health (docs/security.md, "The agent sandbox").
+
+DEBIAN_BWRAP = "/usr/bin/bwrap"
+
+
+@dataclass(frozen=True)
+class Bwrap:
+    """bubblewrap on this host: its path when it works, else why not."""
+
+    path: str | None
+    version: str = ""
+    problem: str = ""
+
+
+@functools.cache
+def bwrap() -> Bwrap:
+    """bubblewrap here, tried once per process: installed is not enough (user namespaces may be off)."""
+    path = shutil.which("bwrap") or (DEBIAN_BWRAP if os.access(DEBIAN_BWRAP, os.X_OK) else None)
+    if path is None:
+        return Bwrap(None, problem="bubblewrap (bwrap) is not installed")
+    probe = [path, "--die-with-parent", "--unshare-pid", "--unshare-ipc", "--new-session", "--cap-drop"]
+    probe += [
+        "ALL",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--tmpfs",
+        "/tmp",
+        "--",
+        "true",
+    ]
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+        tried = subprocess.run(probe, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Bwrap(None, problem=f"{path} cannot be run: {exc}")
+    if tried.returncode != 0:
+        return Bwrap(None, problem=f"{path} does not work on this host: {tried.stderr.strip()[:300]}")
+    return Bwrap(path, version=version.strip())
+
+
+def sandboxed(spec: AgentSpec) -> tuple[bool, str]:
+    """Whether `spec`'s agents run in bubblewrap on this host, and if not, why."""
+    if spec.sandbox == "none":
+        return False, 'its entry says sandbox = "none"'
+    found = bwrap()
+    if found.path is None:
+        return False, found.problem
+    return True, ""
+
+
+def sandbox_warnings(specs: Iterable[AgentSpec]) -> list[str]:
+    """What doctor and /api/health say about agents that run (or would run) unsandboxed here."""
+    out = []
+    for spec in specs:
+        ok, why = sandboxed(spec)
+        if ok:
+            continue
+        if spec.sandbox == "required":
+            out.append(f"agent {spec.name!r} cannot start: it requires the sandbox and {why}")
+        else:
+            out.append(f"agent {spec.name!r} runs unsandboxed: {why}")
+    return out
 
 
 def get_agent(name: str) -> AgentSpec:

@@ -19,7 +19,7 @@ from hermesweb.auth import get_visible
 from hermesweb.errors import MAX_ID, ApiError, not_found
 from intents.models import PendingIntent
 from projects.models import Project, Session
-from runs import controls, discovery, journal
+from runs import controls, discovery, journal, search
 from runs import services as run_services
 from runs.export import session_json, session_markdown
 from runs.models import AgentJob, AgentJobKind, AgentJobState, JournalEvent, Run
@@ -34,6 +34,8 @@ from runs.schemas import (
     JobOut,
     MessageIn,
     RunStatusOut,
+    SearchHitOut,
+    SearchPageOut,
     SubmitOut,
     TranscriptOut,
     TurnOut,
@@ -307,12 +309,47 @@ def import_session(request: HttpRequest, id: int, payload: ImportIn) -> Status[J
 
     Idempotent: an agent session already imported in this project answers a
     done job with the same `session_id`; a pending request for it is reused.
+    Only an id the project's latest discovery listed is imported: any other is 404.
     """
     project = get_visible(Project.objects, request.auth, id, "project")
-    return Status(202, job_out(discovery.request_import(project, payload.agent_session_id, request.auth)))
+    try:
+        job = discovery.request_import(project, payload.agent_session_id, request.auth)
+    except discovery.NotDiscovered:
+        raise not_found("agent session") from None
+    return Status(202, job_out(job))
 
 
 @router.get("/jobs/{id}", response=JobOut, tags=["discovery"])
 def get_job(request: HttpRequest, id: int) -> JobOut:
     """A discovery or import job: its state, then its result or error."""
     return job_out(get_visible(AgentJob.objects, request.auth, id, "job"))
+
+
+# ---------------------------------------------------------------- search
+
+
+@router.get("/search", response=SearchPageOut, tags=["search"])
+def search_sessions(
+    request: HttpRequest,
+    q: Annotated[str, Query(description="Words to find, all of them (at most 200 characters).")] = "",
+    page: Annotated[int, Query(ge=1, le=1000)] = 1,
+    page_size: Annotated[int, Query(ge=1, le=50)] = search.PAGE_SIZE,
+) -> SearchPageOut:
+    """The caller's settled turns whose prompt, answer or tool titles hold every word of `q`.
+
+    Best first, a page at a time; each hit names its session and run and carries a snippet
+    (HTML: escaped text, matches in `<mark>`). 422 `query_empty` / `query_too_long`.
+    """
+    try:
+        found = search.search(request.auth, q, page=page, page_size=page_size)
+    except search.QueryRefused as exc:
+        raise ApiError(422, exc.code, exc.message) from None
+    return SearchPageOut(
+        query=q.strip(),
+        terms=found.terms,
+        page=page,
+        page_size=page_size,
+        total=found.total,
+        has_next=page * page_size < found.total,
+        hits=[SearchHitOut(**vars(hit)) for hit in found.hits],
+    )

@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from projects.models import Project, Session
-from runs import journal, notify
+from runs import journal, notify, search
 from runs.journal import NewEvent, done_event
 from runs.models import AgentJob, AgentJobKind, AgentJobState, EventType, Run, Runner, RunSource, RunStatus
 
@@ -59,8 +60,29 @@ def request_discovery(project: Project, user: Any = None) -> AgentJob:
     return job
 
 
+class NotDiscovered(Exception):
+    """An import of an agent session the project's latest discovery did not list."""
+
+
+def discovered_ids(project_id: int) -> set[str]:
+    """The agent session ids the project's latest finished discovery listed (its job's result)."""
+    done = AgentJob.objects.filter(
+        project_id=project_id, kind=AgentJobKind.LIST_SESSIONS, state=AgentJobState.DONE
+    )
+    job = done.order_by(F("finished_at").desc(nulls_last=True), "-pk").first()
+    if job is None:
+        return set()
+    listed = (job.result or {}).get("sessions") or []
+    return {s["agent_session_id"] for s in listed if isinstance(s, dict) and s.get("agent_session_id")}
+
+
 def request_import(project: Project, agent_session_id: str, user: Any = None) -> AgentJob:
-    """Ask for an import; an already imported session answers at once, an open request is reused."""
+    """Ask for an import; an already imported session answers at once, an open request is reused.
+
+    Only an id the project's latest discovery returned is imported (else NotDiscovered): the
+    discovery ran the owner's agent, with the owner's session store, in this project's
+    directory, so an id guessed or seen elsewhere never reaches `session/load`.
+    """
     with transaction.atomic():
         # Serialise import requests of one project so two clicks make one job.
         project = Project.objects.select_for_update().get(pk=project.pk)
@@ -77,6 +99,8 @@ def request_import(project: Project, agent_session_id: str, user: Any = None) ->
                 started_at=now,
                 finished_at=now,
             )
+        if agent_session_id not in discovered_ids(project.pk):
+            raise NotDiscovered(agent_session_id)
         open_job = AgentJob.objects.filter(
             project=project,
             kind=AgentJobKind.IMPORT_SESSION,
@@ -232,6 +256,7 @@ def write_import(
             journal.append_batch(run.pk, imported_turn_events(turn, started), publish=False)
         session_id = session.pk
         transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+        search.index_session_on_commit(session_id)  # its turns settled: searchable (docs/search.md)
     return session, True
 
 

@@ -51,6 +51,17 @@ def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> l
     return rows
 
 
+def after_unanswered_finish(run_id: int, session_id: int) -> None:
+    """What finish_run's commit does after it, for a commit whose answer never arrived.
+
+    The runner's writer found its final write had landed (runs/runner/writer.py, "exactly
+    once"): the commit's callbacks never ran, so the session's viewers and the search index
+    hear of the run's end here. Its events are the writer's to publish.
+    """
+    notify.publish_session_changed(session_id)
+    search.index_on_commit(run_id)
+
+
 def do_mark_interrupted(run: Run, reason: str, *, code: str = "interrupted") -> bool:
     """Give an executing run whose runner is gone its terminal event. Never re-prompts it.
 

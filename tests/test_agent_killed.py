@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from runs.agents import agent_state_dir
 from runs.models import RunStatus
 from tests import factories
 from tests.support import ptree
@@ -104,7 +105,9 @@ def test_a_killed_demo_agent_fails_its_turn_once_and_the_next_turn_reloads_the_s
     # demo agent refuses a prompt for a session it neither created nor loaded), and that session
     # holds every turn's prompt, the killed one's too.
     assert session.agent_session_id == agent_session
-    stored = Path(settings.DATA_DIR) / "demo-agent" / "sessions" / f"{agent_session}.json"
+    # The demo agent keeps the owner's sessions under $HOME, the owner's state directory.
+    home = agent_state_dir(settings.DATA_DIR, session.project.owner_id, "demo")
+    stored = home / ".hermesweb-demo-agent" / "sessions" / f"{agent_session}.json"
     prompts = stored.read_text()
     assert "papaya" in prompts and "slow" in prompts and "are you back?" in prompts
     assert "papaya" not in state(after)["text"]  # the load's history replay is not journaled again

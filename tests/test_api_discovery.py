@@ -6,12 +6,28 @@ from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from runs.discovery import ImportedHistory, write_import
 from runs.models import AgentJob, AgentJobKind, AgentJobState
 from tests import factories
 
 pytestmark = pytest.mark.django_db
+
+
+def discovered(project: Any, *agent_session_ids: str) -> AgentJob:
+    """A finished discovery of `project` that listed these agent sessions."""
+    sessions = [
+        {"agent_session_id": sid, "cwd": project.path, "title": sid, "updated_at": None}
+        for sid in agent_session_ids
+    ]
+    return AgentJob.objects.create(
+        project=project,
+        kind=AgentJobKind.LIST_SESSIONS,
+        state=AgentJobState.DONE,
+        result={"sessions": sessions, "truncated": False},
+        finished_at=timezone.now(),
+    )
 
 
 def post_import(client: Client, project: Any, agent_session_id: Any) -> Any:
@@ -36,6 +52,7 @@ def test_discover_answers_a_pending_job_at_once(api: Client, project: Any, user:
 def test_a_second_import_request_for_the_same_agent_session_reuses_the_open_job(
     api: Client, project: Any
 ) -> None:
+    discovered(project, "sess-1", "sess-2")
     first = post_import(api, project, "sess-1").json()
     second = post_import(api, project, "sess-1").json()
     other = post_import(api, project, "sess-2").json()
@@ -57,6 +74,22 @@ def test_importing_an_already_imported_session_answers_the_same_session_without_
         "created": False,
         "turns": 0,
     }
+
+
+def test_only_an_id_the_latest_discovery_listed_is_imported(
+    api: Client, project: Any, other_user: Any
+) -> None:
+    """Issue 22: any other id answers 404 and makes no job, so it never reaches session/load."""
+    assert post_import(api, project, "never-listed").status_code == 404  # no discovery at all
+    discovered(project, "old-one")
+    discovered(project, "new-one")
+    response = post_import(api, project, "old-one")  # listed, but not by the latest discovery
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
+    # Listed for another project (another user's) is not listed for this one.
+    discovered(factories.ProjectFactory(owner=other_user), "theirs")
+    assert post_import(api, project, "theirs").status_code == 404
+    assert not AgentJob.objects.filter(kind=AgentJobKind.IMPORT_SESSION).exists()
+    assert post_import(api, project, "new-one").status_code == 202
 
 
 def test_a_failed_job_reports_its_error_in_the_api_error_shape(api: Client, project: Any) -> None:

@@ -1,9 +1,10 @@
 """Session discovery and import, end to end: a real runner, the real demo agent, the API.
 
 The agent sessions are made outside hermesweb: the test drives the demo agent
-directly with the ACP SDK, using the home the runner's demo agent uses
-(settings.DATA_DIR / "demo-agent"), so only the agent knows about them until
-hermesweb discovers and imports them.
+directly with the ACP SDK, using the store the runner's demo agent uses for the
+project's owner (its state directory: runs.agents.agent_state_dir), so only the
+agent knows about them until hermesweb discovers and imports them. An import
+takes only an id the project's latest discovery listed (docs/security.md).
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from django.conf import settings
 from django.test import Client
 
 from projects.models import Session
-from runs.models import Run, RunSource, RunStatus
+from runs.agents import agent_state_dir
+from runs.demo_agent.store import DEFAULT_HOME
+from runs.models import AgentJob, AgentJobKind, Run, RunSource, RunStatus
 from tests import factories
 from tests.support.acp_client import demo_agent
 from tests.support.procs import Proc, start_runner, wait_for
@@ -28,7 +31,10 @@ from tests.support.runs import assert_journal_well_formed, state, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DEMO_HOME = Path(settings.DATA_DIR) / "demo-agent"
+
+def demo_store(user: Any) -> Path:
+    """Where the runner's demo agent keeps `user`'s sessions: $HOME/.hermesweb-demo-agent."""
+    return agent_state_dir(settings.DATA_DIR, user.pk, "demo") / Path(DEFAULT_HOME).name
 
 
 @dataclass
@@ -41,13 +47,13 @@ class OutsideSession:
     reasoning: list[str]
 
 
-def make_outside_sessions(cwds: list[str], prompts: list[str], log: Path) -> list[OutsideSession]:
-    """One demo-agent session per cwd, each with `prompts` as its turns, through the SDK directly."""
+def make_outside_sessions(cwds: list[str], prompts: list[str], log: Path, home: Path) -> list[OutsideSession]:
+    """One demo-agent session per cwd in the store `home`, `prompts` its turns, through the SDK."""
 
     async def body() -> list[OutsideSession]:
         made = []
         with log.open("ab") as stderr:
-            async with demo_agent(DEMO_HOME, stderr=stderr) as agent:
+            async with demo_agent(home, stderr=stderr) as agent:
                 for cwd in cwds:
                     sid = (await agent.conn.new_session(cwd=cwd, mcp_servers=[])).session_id
                     texts, reasoning = [], []
@@ -100,6 +106,10 @@ def discover(client: Client, project: Any, runner: Proc) -> dict[str, Any]:
 
 
 def import_(client: Client, project: Any, agent_session_id: str, runner: Proc) -> dict[str, Any]:
+    """Discover, then import (an id the latest discovery did not list is refused)."""
+    assert agent_session_id in {
+        s["agent_session_id"] for s in discover(client, project, runner)["result"]["sessions"]
+    }
     response = client.post(
         f"/api/projects/{project.pk}/import",
         {"agent_session_id": agent_session_id},
@@ -110,12 +120,12 @@ def import_(client: Client, project: Any, agent_session_id: str, runner: Proc) -
 
 
 def test_discovery_lists_the_agents_own_sessions_in_the_project_directory_only(
-    api: Client, project: Any, runner: Proc, tmp_path: Path, logs: Path
+    api: Client, user: Any, project: Any, runner: Proc, tmp_path: Path, logs: Path
 ) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     here, there = make_outside_sessions(
-        [project.path, str(elsewhere)], ["fast hello there"], logs / "outside-agent.log"
+        [project.path, str(elsewhere)], ["fast hello there"], logs / "outside-agent.log", demo_store(user)
     )
     job = discover(api, project, runner)
     assert job["state"] == "done", job
@@ -129,10 +139,10 @@ def test_discovery_lists_the_agents_own_sessions_in_the_project_directory_only(
 
 
 def test_import_journals_the_history_once_as_completed_turns_and_is_idempotent(
-    api: Client, project: Any, runner: Proc, logs: Path
+    api: Client, user: Any, project: Any, runner: Proc, logs: Path
 ) -> None:
     prompts = ["fast think about the parser", "fast tool please"]
-    [outside] = make_outside_sessions([project.path], prompts, logs / "outside-agent.log")
+    [outside] = make_outside_sessions([project.path], prompts, logs / "outside-agent.log", demo_store(user))
 
     job = import_(api, project, outside.agent_session_id, runner)
     assert job["state"] == "done", job
@@ -173,9 +183,12 @@ def test_import_journals_the_history_once_as_completed_turns_and_is_idempotent(
 
 
 def test_a_new_message_in_an_imported_session_continues_the_same_agent_session(
-    api: Client, project: Any, runner: Proc, logs: Path
+    api: Client, user: Any, project: Any, runner: Proc, logs: Path
 ) -> None:
-    [outside] = make_outside_sessions([project.path], ["fast first question"], logs / "outside-agent.log")
+    store = demo_store(user)
+    [outside] = make_outside_sessions(
+        [project.path], ["fast first question"], logs / "outside-agent.log", store
+    )
     session_id = import_(api, project, outside.agent_session_id, runner)["result"]["session_id"]
 
     response = api.post(
@@ -193,7 +206,7 @@ def test_a_new_message_in_an_imported_session_continues_the_same_agent_session(
     session = Session.objects.get(pk=session_id)
     assert session.agent_session_id == outside.agent_session_id
     # The agent appended the turn to the session it already had: both prompts are in its history.
-    stored = json.loads((DEMO_HOME / "sessions" / f"{outside.agent_session_id}.json").read_text())
+    stored = json.loads((store / "sessions" / f"{outside.agent_session_id}.json").read_text())
     prompts = [
         entry["content"]["text"]
         for entry in stored["history"]
@@ -203,10 +216,30 @@ def test_a_new_message_in_an_imported_session_continues_the_same_agent_session(
 
 
 def test_importing_a_session_the_agent_does_not_know_fails_with_a_coded_error(
-    api: Client, project: Any, runner: Proc
+    api: Client, user: Any, project: Any, runner: Proc, logs: Path
 ) -> None:
-    job = import_(api, project, "no-such-session", runner)
+    # Discovered, then gone from the agent's store before the import reached the agent.
+    store = demo_store(user)
+    [outside] = make_outside_sessions([project.path], ["fast soon gone"], logs / "outside-agent.log", store)
+    sid = outside.agent_session_id
+    assert sid in {s["agent_session_id"] for s in discover(api, project, runner)["result"]["sessions"]}
+    (store / "sessions" / f"{sid}.json").unlink()
+    response = api.post(
+        f"/api/projects/{project.pk}/import", {"agent_session_id": sid}, content_type="application/json"
+    )
+    job = wait_job(api, response.json(), runner)
     assert job["state"] == "failed"
-    assert job["error"]["code"] == "load_failed" and "no-such-session" in job["error"]["message"]
+    assert job["error"]["code"] == "load_failed" and sid in job["error"]["message"]
     assert job["result"] is None
-    assert not Session.objects.filter(agent_session_id="no-such-session").exists()
+    assert not Session.objects.filter(agent_session_id=sid).exists()
+
+
+def test_an_id_the_discovery_did_not_list_is_not_imported(api: Client, project: Any, runner: Proc) -> None:
+    discover(api, project, runner)
+    response = api.post(
+        f"/api/projects/{project.pk}/import",
+        {"agent_session_id": "no-such-session"},
+        content_type="application/json",
+    )
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
+    assert not AgentJob.objects.filter(kind=AgentJobKind.IMPORT_SESSION).exists()

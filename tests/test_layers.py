@@ -30,6 +30,7 @@ LOWER = [
     "runs/discovery.py",
     "runs/notify.py",
     "runs/export.py",
+    "runs/search.py",
     "runs/redaction.py",
     "runs/agents.py",
     "runs/markdown.py",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Awaitable, Callable
@@ -227,6 +228,41 @@ async def run_toolloop(turn: Turn) -> None:
     await turn.say("\n\nAll checks passed.")
 
 
+# Test-only: `shell <command>` runs a real command, so the sandbox tests can try what an agent's
+# tools could do. Off unless the agent's environment sets it: the demo agent is the quick start's.
+SHELL_ENV = "HERMESWEB_DEMO_SHELL"
+SHELL_TIMEOUT = 30.0
+
+
+async def run_shell(turn: Turn) -> None:
+    text = turn.prompt_text
+    command = text[text.lower().index("shell") + len("shell") :].strip()
+    call = await turn.start_tool(
+        f"sh: {command}", kind="execute", status="in_progress", raw_input={"command": command}
+    )
+    process = await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
+        command,
+        cwd=turn.cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(), SHELL_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        out = b"(timed out)"
+    output = out.decode(errors="replace")
+    await turn.update_tool(call, content=[tool_content(text_block(output))])
+    status = "completed" if process.returncode == 0 else "failed"
+    await turn.update_tool(
+        call, status=status, raw_output={"exit_code": process.returncode, "stdout": output}
+    )
+    await turn.say(f"exit {process.returncode}")
+
+
 # Order only matters for documentation; selection uses the first trigger word in the prompt.
 TRIGGERS: dict[str, Script] = {
     "think": run_think,
@@ -241,6 +277,8 @@ TRIGGERS: dict[str, Script] = {
     "crash": run_crash,
     "toolloop": run_toolloop,
 }
+if os.environ.get(SHELL_ENV) == "1":
+    TRIGGERS["shell"] = run_shell
 
 
 def pick_script(text: str) -> tuple[str, Script]:

@@ -6,6 +6,11 @@ so a process serves every turn of its project until it dies, is retired
 `session/update`, permission request and elicitation to the run executing on
 that agent session; updates for sessions being loaded (history replay) are
 dropped, because our journal already holds that history.
+
+Before a process starts, the pool re-checks the project's directory
+(`projects.paths.validate_project_location`) and finds its owner, whose state
+directory the agent gets as HOME; the process runs in bubblewrap when that
+applies (runs/runner/sandbox.py, docs/security.md).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -21,7 +27,11 @@ import acp
 from acp import schema
 from django.conf import settings
 
-from runs.agents import AgentSpec, detected_steer
+from projects.models import Project
+from projects.paths import PathRefused, validate_project_location
+from runs.agents import AgentSpec, agent_state_dir, detected_steer
+from runs.runner import sandbox
+from runs.runner.connections import retried
 from runs.runner.stdio import spawn_agent
 from runs.runner.translate import as_dict
 
@@ -33,6 +43,41 @@ STDIO_LIMIT = 16 * 1024 * 1024
 
 class AgentDied(Exception):
     """The agent process exited (or its pipes closed) while we needed it."""
+
+
+class ProjectPathRefused(Exception):
+    """The project's directory no longer passes the path rules: no agent is started in it."""
+
+    code = "project_path_refused"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a project's agent runs: the checked directory and the owner's state directory."""
+
+    project: Path
+    state_dir: Path
+
+
+def place_agent(project_id: int, cwd: str, agent_name: str) -> Placement:
+    """The project's directory checked again (the rules of the API and the admin), and its owner's
+    state directory for this agent; ProjectPathRefused if the path is refused now.
+
+    A path saved under older rules, a root the operator removed since, or two users' projects
+    saved overlapping at the same instant never become an agent's working directory.
+    """
+    owner_id = Project.objects.filter(pk=project_id).values_list("owner_id", flat=True).first()
+    if owner_id is None:
+        raise ProjectPathRefused(f"Project {project_id} no longer exists.")
+    try:
+        resolved = validate_project_location(cwd, owner_id=owner_id, project_id=project_id)
+    except PathRefused as exc:
+        raise ProjectPathRefused(f"The project's directory is refused ({exc.code}): {exc.message}") from None
+    return Placement(resolved, agent_state_dir(settings.DATA_DIR, owner_id, agent_name))
 
 
 class Agents(Protocol):
@@ -92,10 +137,15 @@ class _Client:
 
 
 class AgentProcess:
-    def __init__(self, spec: AgentSpec, project_id: int, cwd: str) -> None:
+    def __init__(
+        self, spec: AgentSpec, project_id: int, cwd: str, placement: Placement | None = None
+    ) -> None:
         self.spec = spec
         self.project_id = project_id
         self.cwd = cwd
+        # Where it runs, checked by the pool (place_agent); needed to start.
+        self.placement = placement
+        self.sandboxed = False
         self.conn: Any = None
         self.process: asyncio.subprocess.Process | None = None
         self.capabilities: dict[str, Any] = {}
@@ -129,18 +179,42 @@ class AgentProcess:
             raise AgentDied(
                 f"agent {self.spec.name!r}: command {self.spec.command!r} not found or not executable"
             )
+        if self.placement is None:
+            raise AgentDied(f"agent {self.spec.name!r}: no checked project directory to start in")
+        try:
+            # Off the loop: it makes directories, may copy files, and tries bwrap once per process.
+            launch = await asyncio.to_thread(
+                sandbox.prepare,
+                self.spec,
+                command,
+                cwd=self.cwd,
+                project=self.placement.project,
+                state_dir=self.placement.state_dir,
+                data_dir=settings.DATA_DIR,
+                roots=settings.HERMESWEB_ALLOWED_ROOTS,
+            )
+        except (sandbox.SandboxUnavailable, OSError, ValueError) as exc:
+            raise AgentDied(f"agent {self.spec.name!r} cannot start: {exc}") from None
+        if not launch.sandboxed:
+            log.warning(
+                "agent %s for project %s runs UNSANDBOXED: %s",
+                self.spec.name,
+                self.project_id,
+                launch.unsandboxed_because,
+            )
         # stderr goes to a file: an unread pipe fills and blocks the agent.
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
         self._cm = spawn_agent(
             _Client(self),
-            command,
-            *self.spec.args,
-            env=self.spec.env,
+            launch.command,
+            *launch.args,
+            env=launch.env,
             cwd=self.cwd,
             stderr=self._log,
             limit=STDIO_LIMIT,
             on_session_update=self.route_update,
         )
+        self.sandboxed = launch.sandboxed
         self.conn, self.process = await self._cm.__aenter__()
         self._watch = asyncio.get_running_loop().create_task(self._wait_exit())
         try:
@@ -149,6 +223,8 @@ class AgentProcess:
             await self.close()
             raise AgentDied(f"agent {self.spec.name!r} failed to initialize: {exc!r}") from exc
         self.capabilities = self._summarise(response)
+        # Shown by /api/health: an agent a runner started unsandboxed.
+        self.capabilities["sandbox"] = "bubblewrap" if launch.sandboxed else "none"
         log.info(
             "agent %s started for project %s (pid %s)", self.spec.name, self.project_id, self.process.pid
         )
@@ -266,13 +342,17 @@ class AgentPool:
         lock = self._locks.setdefault(key, asyncio.Lock())
         async with lock:
             current = self.processes.get(key)
-            if current is not None and current.alive and not current.poisoned:
+            # A project whose directory changed gets a new process (checked, sandboxed there).
+            if current is not None and current.alive and not current.poisoned and current.cwd == cwd:
                 current.active += 1
                 current.last_used = time.monotonic()
                 return current
+            if current is not None and current.cwd != cwd:
+                current.poisoned = "project directory changed"  # retired when its turns end
             if current is not None and current.active == 0:
                 await current.close()
-            process = AgentProcess(spec, project_id, cwd)
+            placement = await retried(place_agent, project_id, cwd, spec.name)
+            process = AgentProcess(spec, project_id, cwd, placement)
             process.on_orphan_update = self.on_orphan_update
             await process.start()
             self.processes[key] = process

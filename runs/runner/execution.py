@@ -23,7 +23,7 @@ from intents import services as intents
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, EventType, RunStatus
 from runs.runner.agent_requests import AgentRequests
-from runs.runner.agents import AgentDied, AgentProcess, Agents
+from runs.runner.agents import AgentDied, AgentProcess, Agents, ProjectPathRefused
 from runs.runner.claims import RunContext
 from runs.runner.connections import retried
 from runs.runner.session_rows import store_agent_session, store_session_meta
@@ -153,6 +153,9 @@ class RunExecution:
         try:
             self.process = await self.host.pool.acquire(spec, self.context.project_id, self.context.cwd)
             await self._open_session()
+        except ProjectPathRefused as exc:  # never started: the directory fails the path rules now
+            await self._fail(exc.code, exc.message)
+            return
         except AgentDied as exc:
             await self._fail("agent_start_failed", str(exc))
             return

@@ -40,7 +40,7 @@ from runs.discovery import (
 )
 from runs.journal import NewEvent
 from runs.models import AgentJobKind
-from runs.runner.agents import AgentDied, AgentProcess, Agents
+from runs.runner.agents import AgentDied, AgentProcess, Agents, ProjectPathRefused
 from runs.runner.coalesce import merged
 from runs.runner.connections import revived
 from runs.runner.translate import Translator, as_dict, text_of
@@ -270,6 +270,8 @@ class JobLoop:
             raise JobFailed("agent_unknown", f"Agent {ctx.agent!r} is not configured on this runner.")
         try:
             return await self.host.pool.acquire(spec, ctx.project_id, ctx.cwd)
+        except ProjectPathRefused as exc:
+            raise JobFailed(exc.code, exc.message) from None
         except AgentDied as exc:
             raise JobFailed("agent_start_failed", str(exc)) from None
 

@@ -191,7 +191,7 @@ class JournalWriter:
                 await notify.apublish_events(
                     session_id, self.run_id, journal.envelopes(written.rows, session_id)
                 )
-                await sync_to_async(notify.publish_session_changed)(session_id)
+                await sync_to_async(turns.after_unanswered_finish)(self.run_id, session_id)
             return written.rows
 
     async def _write_exactly_once(

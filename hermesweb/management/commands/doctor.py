@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -18,8 +19,9 @@ from runs.agents import AgentSpec
 class Command(BaseCommand):
     help = (
         "Check the database (reachable, migrated), the channel layer (Redis reachable, or polling), "
-        "each configured agent (command found, ACP initialize answers), the allowed project roots, "
-        "and the runners' heartbeats. Prints what to fix; exits non-zero if anything is broken."
+        "each configured agent (command found, ACP initialize answers, in its sandbox), the agent "
+        "sandbox (bubblewrap), the allowed project roots, and the runners' heartbeats. Prints what "
+        "to fix; exits non-zero if anything is broken."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -31,6 +33,7 @@ class Command(BaseCommand):
         self.check_database()
         self.check_channel_layer()
         self.check_roots()
+        self.check_sandbox()
         self.check_runners()
         if not skip_agents:
             for spec in settings.HERMESWEB_AGENTS.values():
@@ -88,6 +91,40 @@ class Command(BaseCommand):
             else:
                 self.ok(f"allowed root {root}")
 
+    def check_sandbox(self) -> None:
+        from runs import agents
+        from runs.runner.sandbox import hidden_paths
+
+        found = agents.bwrap()
+        if found.path:
+            self.ok(f"agent sandbox: {found.version or 'bubblewrap'} at {found.path}")
+        else:
+            self.warn(
+                f"agent sandbox unavailable: {found.problem}",
+                "install Debian's bubblewrap (apt-get install bubblewrap), with user namespaces on",
+            )
+        try:
+            hidden = hidden_paths()
+        except ValueError as exc:
+            self.bad(str(exc), "list absolute paths only")
+        else:
+            if found.path:
+                self.ok(
+                    "hidden from agents besides the data directory and the roots: "
+                    + (", ".join(str(p) for p in hidden if p.exists()) or "nothing")
+                )
+        for spec in settings.HERMESWEB_AGENTS.values():
+            ok, why = agents.sandboxed(spec)
+            if ok:
+                continue
+            message = f"agent {spec.name!r} runs UNSANDBOXED ({why}): it can read the data directory"
+            if spec.sandbox == "required":
+                self.bad(f"agent {spec.name!r} requires the sandbox, and {why}", "install bubblewrap")
+            elif spec.sandbox == "none":
+                self.warn(message, "isolate it otherwise (see docs/security.md)")
+            else:
+                self.warn(message, "install bubblewrap")
+
     def check_runners(self) -> None:
         from runs.models import Runner
 
@@ -118,15 +155,18 @@ class Command(BaseCommand):
         info = caps.get("agent_info", {})
         self.ok(
             f"agent {spec.name!r}: {info.get('name', '?')} {info.get('version', '')} "
-            f"(load: {caps['load_session']}, steer: {caps['steer'] or 'no'})"
+            f"(load: {caps['load_session']}, steer: {caps['steer'] or 'no'}, "
+            f"sandbox: {caps.get('sandbox', '?')})"
         )
 
 
 async def _initialize(spec: AgentSpec) -> dict[str, Any]:
-    from runs.runner.agents import AgentProcess
+    from runs.runner.agents import AgentProcess, Placement
 
-    with tempfile.TemporaryDirectory() as cwd:
-        process = AgentProcess(spec, 0, cwd)
+    # An empty project and state directory of its own: started as a runner would (sandboxed).
+    with tempfile.TemporaryDirectory() as cwd, tempfile.TemporaryDirectory() as state:
+        placement = Placement(Path(cwd).resolve(), Path(state).resolve())
+        process = AgentProcess(spec, 0, cwd, placement)
         try:
             await process.start()
             return process.capabilities
