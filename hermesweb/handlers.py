@@ -5,9 +5,8 @@ and views (ours, by choice: see hermesweb/middleware.py) that chain crosses betw
 the event loop and a worker thread eight times a request: into the thread for the
 middleware, back to the loop to resolve the URL, out again for CSRF's process_view
 and for the view, back, and out once more for the middleware's responses. Each
-crossing wakes a thread, which on a two-core VM costs 0.2 to 0.5 ms. Here the chain is
-built synchronous, as under WSGI, and run whole in one worker thread: the same
-middleware, views and signals, two crossings (bench/README.md, round five).
+crossing wakes a thread. Here the chain is built synchronous, as under WSGI, and run
+whole in one worker thread: the same middleware, views and signals, two crossings.
 """
 
 from __future__ import annotations

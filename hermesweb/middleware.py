@@ -2,10 +2,9 @@
 
 Under ASGI Django awaits each async-capable middleware, and the stock classes get
 that from MiddlewareMixin by running every `process_request` and `process_response`
-through `sync_to_async`: a thread hop for each (twelve per request with this list).
-They measured ~4 ms of the ~5 ms daphne spent on a 404 (bench/README.md). Declared
-sync-only, Django adapts the whole chain once: one hop to a thread, where the
-middleware and the (synchronous) views run back to back.
+through `sync_to_async`: a thread hop for each (twelve per request with this list),
+most of a small request's time. Declared sync-only, Django adapts the whole chain once:
+one hop to a thread, where the middleware and the (synchronous) views run back to back.
 """
 
 from __future__ import annotations

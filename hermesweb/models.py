@@ -47,10 +47,10 @@ class ApiToken(models.Model):
     def user_for(cls, raw: str) -> Any | None:
         """The active user whose unrevoked token `raw` is, or None; notes the token's use.
 
-        One raw read of the user and the token together: every API call asks this first,
-        and the ORM's query building was most of its ~3 ms here (bench/README.md, round five).
-        `last_used_at` is there to spot unused tokens, so it is written at most once per
-        LAST_USED_RESOLUTION: a write (a commit) on every call cost a busy client ~1.5 ms.
+        One raw read of the user and the token together: every API call asks this first, and
+        the ORM's query building would be most of its cost. `last_used_at` is there to spot
+        unused tokens, so it is written at most once per LAST_USED_RESOLUTION, not a commit
+        on every call.
         """
         now = timezone.now()
         stale_before = connection.ops.adapt_datetimefield_value(now - LAST_USED_RESOLUTION)

@@ -144,7 +144,7 @@ else:
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and DB_POOL_MAX:
         # Under ASGI each request runs in a thread of its own, so a "persistent" connection
         # lives for one request: without a pool every API call and every socket's database
-        # step forked a PostgreSQL backend first (~5 ms, most of a small request). Connections
+        # step forked a PostgreSQL backend first, most of a small request. Connections
         # now return to a per-process pool when Django closes them (CONN_MAX_AGE must be 0).
         DATABASES["default"]["CONN_MAX_AGE"] = 0
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
@@ -231,8 +231,8 @@ HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
 # database did not answer"), and the turn's idempotent updates (runs.runner.connections.retried).
 HERMESWEB_DB_RETRY_SECONDS = env_float("HERMESWEB_DB_RETRY_SECONDS", 60.0, minimum=0.0)
 HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, minimum=1)
-# A page costs ~6 ms of request handling whatever its size: 1,000 events a page held the polling
-# API to ~75k events/s, 5,000 (~1.2 MB of JSON) reaches ~110k (bench/README.md, replay).
+# A page costs the same request handling whatever its size, so large pages let the polling API
+# replay near the database's own pace (bench/README.md, replay).
 HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 5000, minimum=1)
 # Open (waiting) intents per session; a submit past it answers 422 `queue_full`.
 HERMESWEB_MAX_QUEUED_INTENTS = env_int("HERMESWEB_MAX_QUEUED_INTENTS", 50, minimum=1)

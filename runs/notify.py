@@ -82,12 +82,10 @@ def _send(group: str, message: dict[str, Any]) -> None:
 class Publisher:
     """One thread, one event loop, one Redis connection: sends what synchronous code publishes.
 
-    `async_to_sync(group_send)` made the caller wait for Redis: in a request, two
-    notifications cost ~9 ms of a ~25 ms `POST /messages` (bench/README.md, ttft); in
-    a sync thread without a loop it also opened a new connection each time. Here the
-    caller only enqueues. One queue, sent in order: notifications keep the order their
-    commits had. The doorbell may still be lost (a crash before the send) — nothing
-    relies on it for correctness.
+    `async_to_sync(group_send)` would make a request wait for Redis, and in a thread without
+    a loop open a connection each time; here the caller only enqueues. One queue, sent in
+    order: notifications keep the order their commits had. The doorbell may still be lost
+    (a crash before the send) — nothing relies on it for correctness.
     """
 
     DRAIN_AT_EXIT_SECONDS = 2.0
@@ -234,7 +232,7 @@ async def apublish_many(batches: list[tuple[int, int, list[dict[str, Any]]]]) ->
     To JOURNAL_GROUP, which each web process listens to once (runs.live.feed.LiveHub): a runner
     holding a hundred runs commits them in groups, and one message per group instead of
     one per run per flush spares both sides thousands of Redis round trips and parses a
-    second (bench/README.md, concurrency).
+    second.
     """
     if batches:
         runs = [run_events_message(s, r, e) for s, r, e in batches]
@@ -254,9 +252,8 @@ def wake_runners(reason: str, run_id: int | None = None) -> None:
     """Ring the runners for what the caller wrote: at its transaction's commit, or now.
 
     Called inside the transaction that wrote the work, never in on_commit: on PostgreSQL
-    it is a NOTIFY that PostgreSQL delivers at that commit, and only if it commits. Through
-    Redis it was a thread hop and a round trip after the commit, ~0.5 ms of every first
-    token (bench/README.md, round seven).
+    it is a NOTIFY that PostgreSQL delivers at that commit, and only if it commits, with no
+    thread hop or round trip of its own on the way to the first token.
     """
     if runners_listen():
         # The payload is for whoever watches the channel (psql's LISTEN); runners only wake.

@@ -90,8 +90,8 @@ _PATTERNS: list[tuple[_Substituter, str | Any]] = [
 
 
 # For each pattern above, in order, a substring test that any match of it implies. `\b` defeats
-# the regex engine's literal-prefix scan, so every pattern costs a full pass (~0.2 ms per
-# 8 KiB); these tests cost microseconds and skip the pass when it cannot match. They see
+# the regex engine's literal-prefix scan, so every pattern costs a full pass; these tests
+# cost far less and skip the pass when it cannot match. They see
 # the text folded by `_fold` (see there), in which every IGNORECASE match of an ASCII
 # keyword appears as that keyword in lower case.
 _TRIGGERS: list[Callable[[str, str], bool]] = [

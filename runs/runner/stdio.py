@@ -1,10 +1,10 @@
 """ACP over an agent's stdio: the SDK's connection on a leaner newline-delimited JSON transport.
 
 Design note: docs/runner.md ("Reading the agent"). With a hundred runs streaming into one
-runner, the SDK's per-message work was most of the runner's event loop (bench/README.md,
-concurrency): its stdio transport wraps every line in `asyncio.wait_for` and decodes it
-with the stdlib `json`, and each notification becomes a task that validates it into
-pydantic models, which the runner then dumped back into the dict the agent had sent.
+runner, the SDK's per-message work was most of the runner's event loop: its stdio transport
+wraps every line in `asyncio.wait_for` and decodes it with the stdlib `json`, and each
+notification becomes a task that validates it into pydantic models, which the runner then
+dumped back into the dict the agent had sent.
 
 This is the SDK's message-level `Transport` interface (`acp.connect_to_agent` accepts
 one): the same framing, read with a plain `readuntil` and orjson. `session/update`
