@@ -89,16 +89,35 @@ def test_the_argv_hides_the_data_dir_and_roots_and_binds_the_project_and_state_w
     assert "--setenv" not in argv and "--clearenv" not in argv
 
 
-def test_a_path_inside_another_hidden_one_is_not_mounted_twice() -> None:
+def test_code_under_tmp_is_bound_back_and_the_data_directory_hidden_again_after_it() -> None:
+    # A checkout (and its virtualenv) under /tmp, as on a CI runner: the agent must still find
+    # its interpreter and the product's code, and the data directory inside stays hidden.
     argv = bwrap_argv(
         SPEC,
-        "/usr/bin/python3",
-        project=Path("/tmp/data/projects/p"),
-        state_dir=Path("/tmp/data/agents/1/demo"),
-        data_dir=Path("/tmp/data"),
-        roots=[Path("/tmp/data/projects")],
+        "/tmp/ci/.venv/bin/python",
+        project=Path("/tmp/ci/var/projects/p"),
+        state_dir=Path("/tmp/ci/var/agents/1/demo"),
+        data_dir=Path("/tmp/ci/var"),
+        roots=[Path("/tmp/ci/var/projects")],
+        code=[Path("/tmp/ci"), Path("/tmp/ci/.venv")],
     )
-    assert singles(argv, "--tmpfs") == ["/run", "/tmp"]
+    # The roots inside the data directory need no mount of their own.
+    assert singles(argv, "--tmpfs") == ["/tmp", "/run", "/tmp/ci/var"]
+    order = [
+        (flag, argv[i + 1]) for i, flag in enumerate(argv) if flag in ("--tmpfs", "--ro-bind-try", "--bind")
+    ]
+    assert order.index(("--ro-bind-try", "/tmp/ci")) < order.index(("--tmpfs", "/tmp/ci/var"))
+    assert order.index(("--tmpfs", "/tmp")) < order.index(("--ro-bind-try", "/tmp/ci/.venv"))
+    assert order.index(("--tmpfs", "/tmp/ci/var")) < order.index(("--bind", "/tmp/ci/var/projects/p"))
+
+
+def test_the_agents_code_is_its_virtualenv_and_the_products_checkout() -> None:
+    from django.conf import settings
+
+    from runs.runner.sandbox import code_dirs
+
+    assert code_dirs("/tmp/ci/.venv/bin/python") == [Path(settings.BASE_DIR).resolve(), Path("/tmp/ci/.venv")]
+    assert code_dirs("hermes-acp") == [Path(settings.BASE_DIR).resolve()]
 
 
 def test_hermes_gets_the_operators_config_read_only_and_its_state_writable() -> None:

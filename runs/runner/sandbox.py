@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
+
 from runs import agents
 from runs.agents import DEBIAN_BWRAP, AgentSpec
 
@@ -70,12 +72,15 @@ def bwrap_argv(
     keep: Sequence[Path] = (),
     read_only: Sequence[tuple[Path, Path]] = (),
     project_aliases: Sequence[Path] = (),
+    code: Sequence[Path] = (),
     bwrap: str = DEBIAN_BWRAP,
 ) -> list[str]:
     """The argv that runs `command` (with the spec's args) in bubblewrap. Pure: no filesystem access.
 
     `project` and `state_dir` are bound writable; `data_dir`, `roots` and the directories in
-    `hide` are covered with an empty tmpfs (after /tmp and /run), the files in `mask` with
+    `hide` are covered with an empty tmpfs (after /tmp and /run, and after `code` — the agent's
+    installation and the product's code, which may live under /tmp — is bound back read-only
+    over those two), the files in `mask` with
     /dev/null. `keep` are bound back read-only after hiding (the resolver's directory under
     /run, Hermes' code in the operator's hidden home); `read_only` binds (source,
     destination) files read-only into the state directory. Order matters to bwrap: every
@@ -100,7 +105,11 @@ def bwrap_argv(
         "--proc",
         "/proc",  # a fresh /proc: only the sandbox's own processes
     ]
-    for path in _outermost([Path("/tmp"), Path("/run"), data_dir, *roots, *hide]):
+    for path in (Path("/tmp"), Path("/run")):
+        argv += ["--tmpfs", str(path)]
+    for path in code:
+        argv += ["--ro-bind-try", str(path), str(path)]
+    for path in _outermost([data_dir, *roots, *hide]):
         argv += ["--tmpfs", str(path)]
     for path in keep:
         argv += ["--ro-bind-try", str(path), str(path)]
@@ -220,9 +229,20 @@ def prepare(
         keep=keep,
         read_only=shared,
         project_aliases=aliases,
+        code=code_dirs(command),
         bwrap=agents.bwrap().path or DEBIAN_BWRAP,
     )
     return Launch(argv[0], argv[1:], env, sandboxed=True)
+
+
+def code_dirs(command: str) -> list[Path]:
+    """What the agent runs from: its command's installation (a virtualenv's root) and this
+    product's code (the demo agent is `python -m runs.demo_agent`); either may sit under /tmp."""
+    dirs = [Path(settings.BASE_DIR).resolve()]
+    path = Path(command)
+    if path.is_absolute() and path.parent.name == "bin":
+        dirs.append(path.parent.parent)  # not resolved: a venv's python links out of the venv
+    return dirs
 
 
 def _hermes_shared_files(
