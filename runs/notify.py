@@ -146,7 +146,7 @@ atexit.register(_publisher.drain)
 # are skipped — a hung Redis must not hold up the journal writes that await them — until a
 # probe in the background finds the layer back; meanwhile consumers and runners poll the database.
 PUBLISH_TIMEOUT_SECONDS = 1.0
-PROBE_PAUSE_SECONDS = (0.5, 8.0)
+PROBE_PAUSE_SECONDS = (0.5, 2.0)
 PROBE_GROUP = "hermesweb.probe"
 
 

@@ -213,6 +213,7 @@ def admin_add(client: Client, owner: Any, path: Path | str) -> Any:
             "path": str(path),
             "agent": "demo",
             "running_default": "queue",
+            "status": "active",
             "owner": owner.pk,
             "created_at_0": "2025-01-01",
             "created_at_1": "00:00:00",

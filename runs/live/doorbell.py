@@ -49,7 +49,7 @@ async def watch_layer(on_down: Callable[[], None]) -> None:
     """Check the layer every LAYER_CHECK_SECONDS; call `on_down` when it goes down (not per check).
 
     It keeps checking while the layer is down, and tells `notify.health` as soon as it is back:
-    the health's own probe backs off to 8 s, and this process's publishes wait on it.
+    the health's own probe backs off to 2 s, and this process's publishes wait on it.
     """
     was_down = layer_down()
     while True:
