@@ -50,6 +50,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip_postgres)
         if "redis" in item.keywords and not getattr(settings, "REDIS_URL", ""):
             item.add_marker(skip_redis)
+        if item.get_closest_marker("sqlite") and vendor != "sqlite3":
+            item.add_marker(
+                pytest.mark.skip(reason="about SQLite itself: bin/test runs it in its SQLite pass")
+            )
 
 
 @pytest.fixture(scope="session")

@@ -105,7 +105,10 @@ SQLITE_RUNNER_POLL_SECONDS = 5.0
 @pytest.mark.timeout(120)  # ~25 s here
 @pytest.mark.parametrize(
     "database",
-    [pytest.param("postgresql", marks=[pytest.mark.postgres, pytest.mark.redis]), pytest.param("sqlite")],
+    [
+        pytest.param("postgresql", marks=[pytest.mark.postgres, pytest.mark.redis]),
+        pytest.param("sqlite", marks=pytest.mark.sqlite),
+    ],
 )
 def test_redis_dies_mid_run_and_comes_back_without_losing_or_repeating_an_event(
     stack: deployed.Stack, private_redis: RedisServer, settings: Any, database: str

@@ -204,7 +204,7 @@ def test_reindex_search_rebuilds_and_fills_what_is_missing(api: Client, session:
     assert not SearchDocument.objects.filter(run=active).exists()
 
 
-@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's FTS5 triggers")
+@pytest.mark.sqlite
 def test_reindex_search_refuses_without_the_triggers() -> None:
     with connection.cursor() as cursor:
         cursor.execute("DROP TRIGGER runs_searchdocument_fts_update")
