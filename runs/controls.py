@@ -90,6 +90,11 @@ def do_cancel(run: Run) -> ControlResult:
     return ControlResult.of(Status.ACCEPTED, "Cancel requested.")
 
 
+def record_result(control_id: int, result: str, message: str) -> None:
+    """The runner's answer to one control (its state follows: Control.objects.record)."""
+    Control.objects.filter(pk=control_id).record(result, message)
+
+
 def do_stop_and_send(intent: PendingIntent, *, run_id: int | None = None) -> intents.IntentResult:
     """Cancel the active run and make this waiting item the next turn, exactly once.
 

@@ -18,6 +18,7 @@ from typing import Any
 from acp import schema
 from asgiref.sync import sync_to_async
 
+from runs.controls import record_result
 from runs.journal import NewEvent
 from runs.models import Control, EventType, RunStatus
 from runs.runner.translate import as_dict, tool_payload
@@ -98,22 +99,15 @@ class AgentRequests:
         """Journal the user's choice (and record the control with it), then answer the agent."""
         entry = self.approvals.get(control.target_id)
         if entry is None or entry[0].done():
-            await sync_to_async(_record)(control.pk, "expired", "The approval request is no longer open.")
+            await sync_to_async(record_result)(
+                control.pk, "expired", "The approval request is no longer open."
+            )
             return
         future, _ = entry
         option_id = control.payload["option_id"]
         status = self._status_after(approval=control.target_id)
-        await self.writer.flush(
-            [
-                NewEvent(
-                    EventType.APPROVAL_RESOLVED,
-                    {"approval_id": control.target_id, "option_id": option_id, "outcome": "selected"},
-                ),
-                NewEvent(EventType.STATUS, {"status": status}),
-            ],
-            also=lambda: _record(control.pk, "accepted", "Answer delivered."),
-            status=status,
-        )
+        resolved = {"approval_id": control.target_id, "option_id": option_id, "outcome": "selected"}
+        await self._journal_answer(control, NewEvent(EventType.APPROVAL_RESOLVED, resolved), status)
         del self.approvals[control.target_id]
         future.set_result(
             schema.RequestPermissionResponse(
@@ -121,25 +115,24 @@ class AgentRequests:
             )
         )
 
+    async def _journal_answer(self, control: Control, resolved: NewEvent, status: str) -> None:
+        """The answer's event and the run's status, with the control's result in the same transaction."""
+        await self.writer.flush(
+            [resolved, NewEvent(EventType.STATUS, {"status": status})],
+            also=lambda: record_result(control.pk, "accepted", "Answer delivered."),
+            status=status,
+        )
+
     async def answer_clarify(self, control: Control) -> None:
         """Journal the user's answer (and record the control with it), then answer the agent."""
         future = self.clarifications.get(control.target_id)
         if future is None or future.done():
-            await sync_to_async(_record)(control.pk, "expired", "The question is no longer open.")
+            await sync_to_async(record_result)(control.pk, "expired", "The question is no longer open.")
             return
         content = control.payload.get("content") or {}
         status = self._status_after(clarify=control.target_id)
-        await self.writer.flush(
-            [
-                NewEvent(
-                    EventType.CLARIFY_RESOLVED,
-                    {"clarify_id": control.target_id, "answer": content, "outcome": "accepted"},
-                ),
-                NewEvent(EventType.STATUS, {"status": status}),
-            ],
-            also=lambda: _record(control.pk, "accepted", "Answer delivered."),
-            status=status,
-        )
+        resolved = {"clarify_id": control.target_id, "answer": content, "outcome": "accepted"}
+        await self._journal_answer(control, NewEvent(EventType.CLARIFY_RESOLVED, resolved), status)
         del self.clarifications[control.target_id]
         future.set_result(schema.AcceptElicitationResponse(action="accept", content=content))
 
@@ -184,7 +177,3 @@ class AgentRequests:
         if any(k != clarify for k in self.clarifications):
             return RunStatus.AWAITING_CLARIFY
         return RunStatus.RUNNING
-
-
-def _record(control_id: int, result: str, message: str) -> None:
-    Control.objects.filter(pk=control_id).record(result, message)

@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from intents import services as intents
+from runs.controls import record_result
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, EventType, RunStatus
 from runs.runner.agent_requests import AgentRequests
@@ -371,22 +372,22 @@ class RunExecution:
             }.get(control.kind, self._apply_unsupported)
             await handler(control)
         except AlreadyTerminal:
-            await sync_to_async(_record)(control.pk, "expired", "The run already ended.")
+            await sync_to_async(record_result)(control.pk, "expired", "The run already ended.")
 
     async def _apply_unsupported(self, control: Control) -> None:
-        await sync_to_async(_record)(
+        await sync_to_async(record_result)(
             control.pk, "unsupported", f"{control.kind} is not supported by this runner."
         )
 
     async def _apply_cancel(self, control: Control) -> None:
         if self.cancel_requested.is_set():
-            await sync_to_async(_record)(control.pk, "duplicate", "Cancel already in progress.")
+            await sync_to_async(record_result)(control.pk, "duplicate", "Cancel already in progress.")
             return
         self.cancel_requested.set()
         resolved = self.requests.cancel_all("cancelled")
         await self.writer.flush(
             [*resolved, NewEvent(EventType.STATUS, {"status": RunStatus.CANCELLING})],
-            also=lambda: _record(control.pk, "accepted", "Cancel sent to the agent."),
+            also=lambda: record_result(control.pk, "accepted", "Cancel sent to the agent."),
         )
         if self.process is not None and self.agent_session_id and self.process.alive:
             with contextlib.suppress(AgentDied, TimeoutError, acp.RequestError):
@@ -484,7 +485,3 @@ def _is_steer_ack(update: Any) -> bool:
     text = (data.get("content") or {}).get("text", "")
     # Hermes prefixes its acknowledgement with an emoji: look near the start, not at it.
     return any(ack in text[:40] for ack in STEER_ACKS)
-
-
-def _record(control_id: int, result: str, message: str) -> None:
-    Control.objects.filter(pk=control_id).record(result, message)
