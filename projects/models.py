@@ -132,6 +132,22 @@ class Session(models.Model):
     model = models.CharField(max_length=200, blank=True)
     mode = models.CharField(max_length=100, blank=True)
     commands = models.JSONField(default=list, blank=True, help_text="The agent's advertised slash commands.")
+    # As the agent last reported them (session/new, session/load, current_mode_update); the API
+    # calls them `modes` and `models` (a field named `models` would shadow django.db.models here).
+    available_modes = models.JSONField(
+        default=list, blank=True, help_text="Modes the agent reported: [{id, name, description}]."
+    )
+    available_models = models.JSONField(
+        default=list, blank=True, help_text="Models the agent reported: [{id, name}]."
+    )
+    forked_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks", db_index=False
+    )
+    fork_agent_session_id = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The parent's ACP sessionId to fork (session/fork) when this session first runs.",
+    )
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(auto_now=True)
 
