@@ -8,6 +8,7 @@ and never touches the developer's `var/` or the dev database.
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import contextlib
 import json
@@ -234,9 +235,9 @@ def start_daphne(app: str, env: dict[str, str], log_dir: Path, name: str = "daph
     return proc, port
 
 
-def start_runner(env: dict[str, str], log_dir: Path, runner_id: str = "bench") -> Proc:
+def start_runner(env: dict[str, str], log_dir: Path, runner_id: str = "bench", entry: str = "") -> Proc:
     # HERMESWEB_BENCH_RUNNER_WRAP: a script run instead of manage.py (instrumenting the runner).
-    entry = os.environ.get("HERMESWEB_BENCH_RUNNER_WRAP", "manage.py")
+    entry = entry or os.environ.get("HERMESWEB_BENCH_RUNNER_WRAP", "manage.py")
     return Proc(f"runner-{runner_id}", [sys.executable, entry, "runner", "--id", runner_id], env, log_dir)
 
 
@@ -275,6 +276,14 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
+def rss_or_zero(pid: int) -> float:
+    """RSS in MiB of a process that may have exited meanwhile (0)."""
+    try:
+        return rss_mib(pid)
+    except OSError:
+        return 0.0
+
+
 def rss_mib(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -291,6 +300,14 @@ def children(pid: int) -> list[int]:
         with contextlib.suppress(OSError, IndexError), open(f"/proc/{entry}/stat") as f:
             if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
                 found.append(int(entry))
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Children, their children, and so on: an agent in the sandbox is bwrap's grandchild."""
+    found = []
+    for child in children(pid):
+        found += [child, *descendants(child)]
     return found
 
 
@@ -362,6 +379,8 @@ class Row:
     target_text: str = ""
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # The machine's 1-minute load average when the figure was taken (2 cores, shared).
+    load: float = field(default_factory=lambda: os.getloadavg()[0])
 
     def _ratio(self, other: float) -> float:
         if math.isnan(other) or math.isnan(self.value) or other <= 0 or self.value <= 0:
@@ -399,6 +418,51 @@ class Row:
         return cls(**kwargs)
 
 
+def ratio_row(
+    bench: str,
+    figure: str,
+    value: float,
+    against: float,
+    *,
+    unit: str,
+    limit: float,
+    at_most: bool,
+    what: str = "",
+) -> Row:
+    """A target stated as a ratio to a figure measured in the same run: value ÷ against.
+
+    `at_most`: the ratio must stay ≤ limit (times), else ≥ limit (rates). Both absolute
+    figures stay in the note, as information: they move with the machine's load, the ratio less.
+    """
+    ratio = value / against if against > 0 and not math.isnan(value) else math.nan
+    return Row(
+        bench=bench,
+        figure=figure,
+        value=ratio,
+        unit="x",
+        higher_is_better=not at_most,
+        target=limit,
+        target_text=f"{'≤' if at_most else '≥'} {limit:g}x",
+        note=f"{fmt(value, unit)} ÷ {fmt(against, unit)}" + (f" {what}" if what else ""),
+    )
+
+
+def difference_row(
+    bench: str, figure: str, value: float, minus: float, *, limit: float, what: str = ""
+) -> Row:
+    """A target stated as a difference of two figures of the same run, in ms: value - minus ≤ limit."""
+    return Row(
+        bench=bench,
+        figure=figure,
+        value=value - minus,
+        unit="ms",
+        higher_is_better=False,
+        target=limit,
+        target_text=f"≤ {limit:g} ms",
+        note=f"{fmt(value, 'ms')} - {fmt(minus, 'ms')}" + (f" {what}" if what else ""),
+    )
+
+
 def fmt(value: float, unit: str = "") -> str:
     if value is None or math.isnan(value):
         return "—"
@@ -424,6 +488,7 @@ def table(rows: Sequence[Row]) -> str:
         "of ceiling",
         "target",
         "result",
+        "load",
     ]
     lines = []
     for r in rows:
@@ -441,6 +506,7 @@ def table(rows: Sequence[Row]) -> str:
                 of_ceiling,
                 r.target_text or "—",
                 r.result or "—",
+                f"{r.load:.1f}",
             ]
         )
     widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(head)]
@@ -450,6 +516,21 @@ def table(rows: Sequence[Row]) -> str:
     notes = [f"  {r.bench} / {r.figure}: {r.note}" for r in rows if r.note]
     if notes:
         out += ["", "notes:", *notes]
+    return "\n".join(out)
+
+
+def targets_table(rows: Sequence[Row]) -> str:
+    """Only the rows with a target: each one's figure, target and PASS/MISS, with the load beside it."""
+    picked = [r for r in rows if r.target is not None]
+    head = ["benchmark", "target figure", "measured", "target", "result", "load", "figures"]
+    lines = [
+        [r.bench, r.figure, fmt(r.value, r.unit), r.target_text, r.result, f"{r.load:.1f}", r.note]
+        for r in picked
+    ]
+    widths = [max(len(h), *(len(line[i]) for line in lines)) if lines else len(h) for i, h in enumerate(head)]
+    out = [" | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    out.append("-+-".join("-" * w for w in widths))
+    out += [" | ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines]
     return "\n".join(out)
 
 
@@ -465,6 +546,14 @@ def emit(rows: Sequence[Row], json_path: str | None) -> None:
 def load_rows(json_path: str) -> list[Row]:
     with open(json_path) as f:
         return [Row.from_dict(json.loads(line)) for line in f if line.strip()]
+
+
+def arguments(doc: str | None, quick: str = "smaller and shorter") -> argparse.ArgumentParser:
+    """A benchmark's command line, with the two options bench/run passes every one."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--json", help="append result rows to this file (bench/run)")
+    return parser
 
 
 def log(message: str) -> None:

@@ -180,18 +180,22 @@ async def connect(
 async def connect_many(
     n: int,
     port: int,
-    path: str,
+    path: str | Callable[[int], str],
     make_on_frame: Callable[[int], OnFrame],
     *,
     cookie: str | None = None,
     origin: str | None = None,
     parallel: int = 25,
 ) -> list[WSClient]:
-    """Open n sockets, a few at a time (a burst of 200 handshakes only measures the accept queue)."""
+    """Open n sockets, a few at a time (a burst of 200 handshakes only measures the accept queue).
+
+    `path` is one path for all, or socket i's path.
+    """
+    path_of = path if callable(path) else (lambda i: path)
     clients: list[WSClient] = []
     for start in range(0, n, parallel):
         batch = range(start, min(n, start + parallel))
         clients += await asyncio.gather(
-            *(connect(port, path, make_on_frame(i), cookie=cookie, origin=origin) for i in batch)
+            *(connect(port, path_of(i), make_on_frame(i), cookie=cookie, origin=origin) for i in batch)
         )
     return clients

@@ -32,6 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import _support as S
 
 TOKENS_PER_SECOND = 50
+# Issue #25's targets: delivery adds at most 25 ms at p99 above the commit; and the commit at
+# p99 with many runs stays within 3x one run alone's (the old "< 100 ms" was ~3x it).
+VIEWER_AFTER_ROW_MS = 25.0
+COMMIT_OF_ONE_RUN = 3.0
 
 
 @dataclass
@@ -148,7 +152,7 @@ async def measure(
         await asyncio.sleep(0.2)
     S.log(f"concurrency: {runs} runs streaming after {time.time() - started:.1f} s")
     await asyncio.sleep(1.0)
-    agent_pids = S.children(runner.pid)
+    agent_pids = S.descendants(runner.pid)
     pids = {"web": [daphne.pid], "runner": [runner.pid], "agents": agent_pids}
     meter = S.CpuMeter([daphne.pid, runner.pid, *agent_pids])
     machine_start = S.machine_busy()
@@ -166,7 +170,7 @@ async def measure(
     percent = meter.percent()
     outcome.cpu = {name: sum(percent[p] for p in group) for name, group in pids.items()}
     outcome.cpu["machine"] = S.busy_percent(machine_start, S.machine_busy())
-    outcome.rss = {name: sum(_rss(p) for p in group) for name, group in pids.items()}
+    outcome.rss = {name: sum(S.rss_or_zero(p) for p in group) for name, group in pids.items()}
     outcome.rss["agents_count"] = float(len(agent_pids))
 
     def finished() -> int:
@@ -206,13 +210,6 @@ async def measure(
     outcome.lag_commit = await sync_to_async(commit_lags)()
     outcome.tokens = len(outcome.lag_commit)
     return outcome
-
-
-def _rss(pid: int) -> float:
-    try:
-        return S.rss_mib(pid)
-    except OSError:
-        return 0.0
 
 
 def main() -> None:
@@ -270,7 +267,6 @@ def emit(results: dict[int, Outcome], runs: int, json_path: str | None) -> None:
         ("lag_viewer", "agent send → viewer receives"),
     ):
         for q in (50, 99):
-            target = 100.0 if (which == "lag_commit" and q == 99) else None
             rows.append(
                 S.Row(
                     bench="concurrency",
@@ -280,8 +276,6 @@ def emit(results: dict[int, Outcome], runs: int, json_path: str | None) -> None:
                     higher_is_better=False,
                     baseline="1 run alone",
                     baseline_value=lag(one, which, q),
-                    target=target,
-                    target_text="< 100 ms" if target else "",
                     note=(
                         f"{many.tokens} tokens sent in the {many.seconds:g}-s window, of "
                         f"{runs * TOKENS_PER_SECOND * many.seconds:.0f} asked for; "
@@ -293,6 +287,27 @@ def emit(results: dict[int, Outcome], runs: int, json_path: str | None) -> None:
                     ),
                 )
             )
+    rows.append(
+        S.difference_row(
+            "concurrency",
+            f"{runs} runs: p99 send → viewer minus p99 send → row",
+            lag(many, "lag_viewer", 99),
+            lag(many, "lag_commit", 99),
+            limit=VIEWER_AFTER_ROW_MS,
+            what="(what delivery adds to the commit)",
+        )
+    )
+    rows.append(
+        S.ratio_row(
+            "concurrency",
+            f"{runs} runs: p99 send → row ÷ 1 run alone",
+            lag(many, "lag_commit", 99),
+            lag(one, "lag_commit", 99),
+            unit="ms",
+            limit=COMMIT_OF_ONE_RUN,
+            at_most=True,
+        )
+    )
     for name in ("web", "runner", "agents"):
         rows.append(
             S.Row(

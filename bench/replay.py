@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _support as S
 
-TARGET = 100_000.0
+# Issue #25: a client's catch-up gets at least half of what raw SQL range reads of the same
+# table give in this process, on the same run (the old absolute target was 100k events/s).
+OF_RAW_SQL = 0.5
 TEXT = "Reading the failing test first: the fixture builds the session before the project "
 
 
@@ -201,9 +203,18 @@ def main() -> None:
                 baseline_value=results["orm"],
                 ceiling="raw SQL pages",
                 ceiling_value=results["raw"],
-                target=TARGET,
-                target_text="≥ 100k/s",
                 note=f"web CPU {cpu[key]:.0f}% of a core while serving",
+            )
+        )
+        rows.append(
+            S.ratio_row(
+                "replay",
+                f"{label}: {figure} ÷ raw SQL pages",
+                results[key],
+                results["raw"],
+                unit="ev/s",
+                limit=OF_RAW_SQL,
+                at_most=False,
             )
         )
     if math.isnan(results.get("ws", math.nan)):

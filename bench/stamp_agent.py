@@ -68,8 +68,10 @@ class Ticker:
         await entry.done
 
     async def _run(self, any_turn: demo_turn.Turn) -> None:
-        # The SDK's connection → transport → sender → the stdout StreamWriter (acp 0.x internals).
-        stdout: asyncio.StreamWriter = any_turn.conn._conn._transport._sender._writer  # type: ignore[attr-defined]
+        # The connection → transport → the stdout StreamWriter: the demo agent's own transport
+        # (runs/demo_agent/transport.py) holds it, the SDK's held it in its sender (acp 0.x internals).
+        transport = any_turn.conn._conn._transport  # type: ignore[attr-defined]
+        stdout: asyncio.StreamWriter = getattr(transport, "_writer", None) or transport._sender._writer
         loop = asyncio.get_running_loop()
         delay = float(os.environ.get("HERMESWEB_DEMO_DELAY", "0.02"))
         tick = loop.time()

@@ -33,6 +33,10 @@ BENCHMARKS = [
     ("ttft", "ttft.py", []),
     ("fanout", "fanout.py", []),
     ("concurrency", "concurrency.py", []),
+    ("idle-sockets", "idle_sockets.py", []),
+    ("security-cost", "security_cost.py", []),
+    ("scale-out", "scale_out.py", []),
+    ("transcript-page", "transcript_page.py", []),
 ]
 
 
@@ -101,7 +105,7 @@ def main() -> None:
         command = [sys.executable, str(Path(__file__).with_name(script)), *extra, "--json", rows_path]
         if args.quick:
             command.append("--quick")
-        S.log(f"bench: {name} — {' '.join(command[1:])}")
+        S.log(f"bench: {name} — {' '.join(command[1:])} (load average {os.getloadavg()[0]:.2f})")
         begin = time.monotonic()
         before = _lines(rows_path)
         result = subprocess.run(command, cwd=S.REPO)
@@ -125,6 +129,9 @@ def main() -> None:
     )
     print()
     print(S.table(rows))
+    print()
+    print("targets (each a ratio to a figure of this run, or as issue #25 states it; load: 1-min average):")
+    print(S.targets_table(rows))
     misses = [r for r in rows if r.result == "MISS"]
     passes = [r for r in rows if r.result == "PASS"]
     print(

@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import _support as S
 
 PROMPT = "fast what is in this project"
-TARGET_MS = 5.0
+# Issue #25: what hermesweb adds to the first token, as a multiple of the same run's floor.
+ADDED_OF_FLOOR = 1.2
 # Between one turn's end and the next submit: a person reads the answer before typing again.
 # Back to back, the last turn's tail (the agent saving its session, the feeds' snapshot reads)
 # ran into the next turn's start and was counted as its latency.
@@ -356,8 +357,6 @@ def main() -> None:
                     ),
                 )
             )
-            # The target is the composer's: the way a person's message goes.
-            target = q == 50 and via == "socket"
             rows.append(
                 S.Row(
                     bench="ttft",
@@ -367,10 +366,20 @@ def main() -> None:
                     higher_is_better=False,
                     ceiling="floor: 3 commits, 5 hops, raw drivers",
                     ceiling_value=ms(floor, q),
-                    target=TARGET_MS if target else None,
-                    target_text="≤ 5 ms" if target else "",
                 )
             )
+            if q == 50 and via == "socket":  # the target is the composer's: how a person's message goes
+                rows.append(
+                    S.ratio_row(
+                        "ttft",
+                        "p50 added by hermesweb, via socket ÷ the floor",
+                        total - own,
+                        ms(floor, q),
+                        unit="ms",
+                        limit=ADDED_OF_FLOOR,
+                        at_most=True,
+                    )
+                )
     S.emit(rows, args.json)
 
 

@@ -30,14 +30,16 @@ ensure_venv() {
     echo "» creating $VENV with $("$py" --version)"
     "$py" -m venv "$VENV"
   fi
-  # Reinstall only when the dependency list changed.
+  # Reinstall only when the dependency list or its lock changed.
   local stamp="$VENV/.hermesweb-installed" want
-  want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+  want="$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)"
   if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
-    echo "» installing hermesweb and its dependencies into $VENV"
+    echo "» installing hermesweb and its dependencies into $VENV (requirements.lock)"
     # grep drops pip's noise about this machine's unused local index mirrors.
     "$VENV/bin/python" -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-    "$VENV/bin/python" -m pip install -q -e ".[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    # Exactly the locked versions (bin/lock writes them), then the project itself on top.
+    "$VENV/bin/python" -m pip install -q -r requirements.lock 2>&1 | grep -v "^WARNING: Location" || true
+    "$VENV/bin/python" -m pip install -q --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
     "$VENV/bin/python" -c "import django, acp, channels_redis, daphne, playwright" \
       || { echo "installing into $VENV failed" >&2; exit 1; }
     echo "$want" > "$stamp"

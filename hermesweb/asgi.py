@@ -8,9 +8,12 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hermesweb.settings")
 # Django must be set up before anything imports models (the consumers do).
 django.setup(set_prefix=False)
 
+from hermesweb.body_limit import BodyLimit, guard_daphne  # noqa: E402
 from hermesweb.handlers import OneHopASGIHandler  # noqa: E402
 
 django_asgi_app = OneHopASGIHandler()
+# Bodies over the route's allowance are refused before they are read or spooled (docs/security.md).
+guard_daphne()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import CookieMiddleware  # noqa: E402
@@ -21,7 +24,7 @@ from runs.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        "http": BodyLimit(django_asgi_app),
         # The origin check (scheme, host and port) stops another site's page, or another port's,
         # from riding the user's session cookie.
         "websocket": SameOriginValidator(

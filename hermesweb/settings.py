@@ -236,6 +236,14 @@ HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, mi
 HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 5000, minimum=1)
 # Open (waiting) intents per session; a submit past it answers 422 `queue_full`.
 HERMESWEB_MAX_QUEUED_INTENTS = env_int("HERMESWEB_MAX_QUEUED_INTENTS", 50, minimum=1)
+# One uploaded attachment's size (docs/security.md, "Attachments"); past it, 413 `attachment_too_large`.
+HERMESWEB_ATTACHMENT_MAX_BYTES = env_int("HERMESWEB_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
+# Any request body, refused with 413 `request_too_large` before it is read (hermesweb/body_limit.py);
+# the attachment upload may carry HERMESWEB_ATTACHMENT_MAX_BYTES plus its multipart framing.
+HERMESWEB_MAX_REQUEST_BYTES = env_int("HERMESWEB_MAX_REQUEST_BYTES", 2 * 1024 * 1024, minimum=1024)
+# A page of the transcript or of rendered turns stops once its prompts and journal payloads reach
+# this (runs/transcript.py, page_turns); a single larger run comes cut short, to be read on from.
+HERMESWEB_TRANSCRIPT_PAGE_BYTES = env_int("HERMESWEB_TRANSCRIPT_PAGE_BYTES", 4 * 1024 * 1024, minimum=1024)
 # Live delivery (docs/live-delivery.md): the embedded default tails the database at
 # LIVE_POLL; with Redis a slower safety poll repairs anything a lost notification hid.
 HERMESWEB_LIVE_POLL_SECONDS = env_float("HERMESWEB_LIVE_POLL_SECONDS", 0.1, minimum=0.001)

@@ -7,10 +7,10 @@ embed the first screenful of data and render markdown (docs/ui.md).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.contrib.staticfiles.views import serve as serve_static
@@ -20,12 +20,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
+from hermesweb.errors import MAX_ID
 from projects.api import with_active_run
 from projects.models import Project, Session
 from projects.schemas import ProjectOut, SessionOut, WorkflowOut
 from runs.markdown import render_markdown
 from runs.models import TERMINAL_STATUSES, JournalEvent, Run
-from runs.transcript import materialize
+from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, PagedTurn, materialize, newest_turns, page_turns
 
 # The workbench needs nothing from anywhere else; inline script is refused
 # even if a sanitizer ever let some through. `connect-src 'self'` covers the
@@ -131,7 +132,10 @@ def render_turn(run: Run, events: Iterable[JournalEvent]) -> SafeString:
     The browser builds the turn's structure itself (tool cards, approvals …)
     and swaps each text item's live plain text for the matching segment.
     """
-    state = materialize(events)
+    return render_state(run, materialize(events))
+
+
+def render_state(run: Run, state: dict[str, Any]) -> SafeString:
     segments = format_html_join(
         "",
         '<div class="md" data-item="{}" data-message-id="{}">{}</div>',
@@ -151,14 +155,21 @@ def render_turn(run: Run, events: Iterable[JournalEvent]) -> SafeString:
     )
 
 
-def _fragment_response(runs: list[Run]) -> HttpResponse:
-    events: dict[int, list[JournalEvent]] = defaultdict(list)
-    for event in JournalEvent.objects.filter(run__in=runs).order_by("run_id", "seq"):
-        events[event.run_id].append(event)
-    body = "".join(render_turn(run, events[run.pk]) for run in runs)
+def _fragment_response(turns: Iterable[PagedTurn]) -> HttpResponse:
+    # A turn too large for a page of its own stays in the browser's plain text: it is marked so.
+    body = "".join(
+        render_state(run, state)
+        if complete
+        else format_html('<section class="turn-fragment" data-run="{}" data-too-large></section>', run.pk)
+        for run, state, complete in turns
+    )
     response = HttpResponse(body, content_type="text/html; charset=utf-8")
     response.headers["Cache-Control"] = "private, no-cache"
     return response
+
+
+def _budget() -> int:
+    return settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES
 
 
 @require_GET
@@ -169,26 +180,36 @@ def run_fragment(request: HttpRequest, session_id: int, run_id: int) -> HttpResp
     run = Run.objects.filter(session=session, pk=run_id).first()
     if run is None:
         raise Http404
-    return _fragment_response([run])
+    return _fragment_response(page_turns([run], _budget(), skip_oversized=True).turns)
+
+
+def _id_param(value: str, *, top: int) -> int | None:
+    return int(value) if value.isdecimal() and len(value) < 19 and 1 <= int(value) <= top else None
 
 
 @require_GET
 @login_required
 def session_fragment(request: HttpRequest, session_id: int) -> HttpResponse:
-    """Several turns' markdown at once, so a long session loads in one request.
+    """Several settled turns' markdown at once, so a long session loads in few requests.
 
-    `?runs=1,2,3` names the runs; without it, every settled run of the session.
+    `?runs=1,2,3` names the runs; without it, the settled runs of the transcript's page
+    (`?before=<run id>&limit=`, the newest by default). Either way the answer stops at
+    HERMESWEB_TRANSCRIPT_PAGE_BYTES: ask again for the runs that did not come.
     """
     session = _visible(Session.objects, request.user, session_id)
-    runs = Run.objects.filter(session=session).order_by("created_at", "id")
     if "runs" in request.GET:
         parts = [part for part in request.GET["runs"].split(",") if part]
         if len(parts) > FRAGMENT_RUNS_MAX or not all(part.isdecimal() and len(part) < 19 for part in parts):
             return HttpResponseBadRequest("runs must be a comma-separated list of run ids")
-        runs = runs.filter(pk__in={int(part) for part in parts})
-    else:
-        runs = runs.filter(status__in=TERMINAL_STATUSES)
-    return _fragment_response(list(runs))
+        runs = Run.objects.filter(session=session, pk__in={int(part) for part in parts}).order_by("pk")
+        return _fragment_response(page_turns(list(runs), _budget(), skip_oversized=True).turns)
+    before_text = request.GET.get("before")
+    before = _id_param(before_text, top=MAX_ID) if before_text is not None else None
+    limit = _id_param(request.GET.get("limit", str(PAGE_TURNS)), top=PAGE_TURNS_MAX)
+    if limit is None or (before_text is not None and before is None):
+        return HttpResponseBadRequest(f"before must be a run id, and limit 1 to {PAGE_TURNS_MAX}")
+    page = newest_turns(session.pk, before=before, limit=limit, budget=_budget())
+    return _fragment_response(turn for turn in page.turns if turn.run.status in TERMINAL_STATUSES)
 
 
 def static_file(request: HttpRequest, path: str) -> HttpResponse:

@@ -142,6 +142,10 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
     projects.prompts.MAX_PROMPT_CHARS; 409 `session_archived` for an archived session,
     `project_archived` for an archived project (no session is created). The answer has the
     shape of `POST /sessions/{id}/messages`.
+
+    The workflow's `agent_mode` and `agent_model`, where set, become the session's (a new one
+    starts with them) and reach the agent before this turn; 422 `unknown_mode` for a mode the
+    given session's agent did not report.
     """
     workflow = get_visible(Workflow.objects.select_related("project"), request.auth, id, "workflow")
     session = None
@@ -149,6 +153,7 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
         session = get_visible(Session.objects, request.auth, payload.session_id, "session")
         if session.project_id != workflow.project_id:
             raise ApiError(422, "wrong_project", "The session belongs to another project than the workflow.")
+        session = services.do_apply_workflow_settings(session, workflow)
     try:
         result = run_services.do_launch_workflow(
             workflow,
@@ -201,9 +206,15 @@ def get_session(request: HttpRequest, id: int) -> Session:
 
 @router.patch("/sessions/{id}", response=SessionOut, tags=["sessions"])
 def update_session(request: HttpRequest, id: int, payload: SessionPatch) -> Session:
-    """Rename (`title`), archive or restore (`status`: `archived` | `active`).
+    """Rename (`title`), archive or restore (`status`: `archived` | `active`), choose `mode` or `model`.
 
     An archived session keeps its transcript and refuses new messages (409 `session_archived`).
+    `mode` must be one of the session's `modes` (what the agent reported), else 422
+    `unknown_mode` — also before the first turn, when the agent has reported none yet. `model`
+    is free text (at most 200 characters; `models` lists the agent's suggestions): an id the
+    agent refuses fails the next turn with `model_refused`. Both are sent to the agent
+    (`session/set_mode`, `session/set_model`) before the session's next turn, never into a turn
+    already running, and show on that turn's `run.started`; "" clears the choice.
     """
     session = get_visible(Session.objects, request.auth, id, "session")
     return services.do_update_session(session, **changes(payload))

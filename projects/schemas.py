@@ -13,6 +13,8 @@ Title = Annotated[str, StringConstraints(strip_whitespace=True, max_length=300)]
 PathText = Annotated[str, StringConstraints(min_length=1, max_length=4096)]
 AgentName = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 ShortText = Annotated[str, StringConstraints(max_length=200)]
+ModeId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=100)]
+ModelId = Annotated[str, StringConstraints(strip_whitespace=True, max_length=200)]
 LongText = Annotated[str, StringConstraints(max_length=100_000)]
 Template = Annotated[str, StringConstraints(min_length=1, max_length=100_000)]
 RunningDefaultName = Literal["queue", "steer"]
@@ -113,10 +115,28 @@ class SessionIn(Schema):
 class SessionPatch(Schema):
     title: Title | None = None
     status: SessionStatusName | None = None
+    mode: ModeId | None = Field(
+        None, description='One of the session\'s `modes` ids (else 422 `unknown_mode`); "" clears it.'
+    )
+    model: ModelId | None = Field(
+        None,
+        description='Any model id the agent\'s provider serves (`models` are suggestions); "" clears it.',
+    )
 
 
 class SessionFilter(Schema):
     status: SessionStatusName | None = Field(None, description="Only active or only archived sessions.")
+
+
+class ModeOut(Schema):
+    id: str
+    name: str
+    description: str = ""
+
+
+class ModelOut(Schema):
+    id: str
+    name: str
 
 
 class SessionOut(Schema):
@@ -125,12 +145,26 @@ class SessionOut(Schema):
     title: str
     agent_session_id: str
     status: str
-    model: str
-    mode: str
+    model: str = Field(description='The chosen model id, applied before the next turn; "" for the agent\'s.')
+    mode: str = Field(description='The chosen mode id, applied before the next turn; "" for the agent\'s.')
+    modes: list[ModeOut] = Field(
+        description="The modes the agent reported for this session (empty: none yet)."
+    )
+    models: list[ModelOut] = Field(
+        description="The models the agent listed (empty: none); other ids the agent takes may be chosen too."
+    )
     commands: list[Any]
     active_run_id: int | None = Field(None, description="The run currently queued or executing, if any.")
     created_at: datetime
     updated_at: datetime
+
+    @staticmethod
+    def resolve_modes(obj: Any) -> list[dict[str, Any]]:
+        return [m for m in obj.available_modes or [] if isinstance(m, dict) and m.get("id")]
+
+    @staticmethod
+    def resolve_models(obj: Any) -> list[dict[str, Any]]:
+        return [m for m in obj.available_models or [] if isinstance(m, dict) and m.get("id")]
 
     @staticmethod
     def resolve_active_run_id(obj: Any) -> int | None:

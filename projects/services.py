@@ -246,24 +246,91 @@ def do_create_session(project: Project, *, title: str = "") -> Session:
 
     Refused (Conflict `project_archived`) in an archived project: nothing could be sent in it.
     """
+    from runs import notify
+
     refuse_if_archived(project)
-    return Session.objects.create(project=project, title=title)
+    session = Session.objects.create(project=project, title=title)
+    # The owner's other tabs list it (runs.live.user_feed).
+    transaction.on_commit(lambda: notify.publish_user_sessions_changed(project.owner_id))
+    return session
 
 
-def do_update_session(session: Session, *, title: str | None = None, status: str | None = None) -> Session:
-    """Rename, archive or restore. An archived session refuses new messages; a run in progress finishes.
+def do_update_session(
+    session: Session,
+    *,
+    title: str | None = None,
+    status: str | None = None,
+    mode: str | None = None,
+    model: str | None = None,
+) -> Session:
+    """Rename, archive or restore; choose the agent's mode or model for the next turns.
 
-    A change of status reaches the session's open sockets (their composers lock or unlock).
+    An archived session refuses new messages; a run in progress finishes. `mode` must be one of
+    the modes the agent reported for the session (InvalidInput `unknown_mode`, also while it has
+    reported none); `model` is free (the agent refuses a model it cannot serve, on the turn).
+    Either applies before the session's next turn (runs/runner/session_config.py), never to a
+    turn already running; "" clears the choice. A change of status, title, mode or model reaches
+    the session's open sockets (their composers lock or unlock, their pickers follow).
     """
     from runs import notify
 
+    fields = []
     changed = status is not None and status != session.status
     if title is not None:
         session.title = title
+        fields.append("title")
     if status is not None:
         session.status = clean_status(status, SessionStatus.values)
-    session.save()
-    if changed:
+        fields.append("status")
+    if mode is not None:
+        session.mode = clean_mode(mode, session)
+        fields.append("mode")
+    if model is not None:
+        session.model = clean_model(model)
+        fields.append("model")
+    # Only what changed: the runner writes the agent's modes, title and commands meanwhile.
+    session.save(update_fields=[*fields, "updated_at"])
+    if changed or fields:  # a title too: the owner's other tabs show it
+        transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
+    return session
+
+
+def clean_mode(mode: str, session: Session) -> str:
+    """`mode` if the agent reported it for `session` (or "", no choice); else InvalidInput `unknown_mode`."""
+    known = [m.get("id") for m in session.available_modes or [] if isinstance(m, dict)]
+    if mode and mode not in known:
+        offered = ", ".join(str(k) for k in known) if known else "none yet (they arrive with the first turn)"
+        raise InvalidInput("unknown_mode", f"Unknown mode {mode!r}; the agent's modes: {offered}.", "mode")
+    return mode
+
+
+def clean_model(model: str) -> str:
+    """A model id as typed: any printable text (the agent decides what it serves)."""
+    if not model.isprintable():
+        raise InvalidInput("invalid_model", "A model id cannot contain control characters.", "model")
+    return model
+
+
+def do_apply_workflow_settings(session: Session, workflow: Workflow) -> Session:
+    """The workflow's `agent_mode`/`agent_model` (those it sets) become `session`'s, for the turn it launches.
+
+    A mode the session's agent did not report is InvalidInput `unknown_mode`, checked only once
+    the agent reported modes (a new session learns them on its first turn; a mode the agent
+    refuses then fails that turn with `mode_refused`).
+    """
+    from runs import notify
+
+    fields = []
+    if workflow.agent_mode and workflow.agent_mode != session.mode:
+        session.mode = (
+            clean_mode(workflow.agent_mode, session) if session.available_modes else workflow.agent_mode
+        )
+        fields.append("mode")
+    if workflow.agent_model and workflow.agent_model != session.model:
+        session.model = workflow.agent_model
+        fields.append("model")
+    if fields:
+        session.save(update_fields=[*fields, "updated_at"])
         transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
     return session
 
@@ -275,10 +342,13 @@ def do_delete_session(session: Session) -> None:
     first so a message submitted concurrently (which locks it too) either lands
     before the check or finds the session gone.
     """
+    from runs import notify
     from runs.models import Run
 
     with transaction.atomic():
         Session.objects.select_for_update().filter(pk=session.pk).first()
         if Run.objects.filter(session_id=session.pk).active().exists():
             raise Conflict("The session has an active run; cancel it first.")
+        owner_id = session.project.owner_id
         session.delete()
+        transaction.on_commit(lambda: notify.publish_user_sessions_changed(owner_id))

@@ -30,7 +30,7 @@ from django.utils.timesince import timesince
 from hermesweb.admin import ReadOnlyMixin
 from runs.export import item_markdown
 from runs.markdown import render_markdown
-from runs.models import AgentJob, Control, JournalEvent, Run, Runner, RunStatus
+from runs.models import AgentJob, Attachment, Control, JournalEvent, Run, Runner, RunStatus
 from runs.transcript import materialize
 from runs.turns import do_mark_interrupted
 
@@ -393,3 +393,18 @@ class AgentJobAdmin(ReadOnlyMixin, admin.ModelAdmin):
     search_fields = ["=id", "project__name", "runner_id", "error"]
     list_select_related = ["project"]
     ordering = ["-created_at", "-id"]
+
+
+# ---------------------------------------------------------------- attachments
+
+
+@admin.register(Attachment)
+class AttachmentAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    """What was uploaded, never the bytes: the file is its owner's (docs/security.md, "Attachments")."""
+
+    list_display = ["id", "name", "mime_type", "size", "session", "created_at"]
+    list_filter = ["mime_type"]
+    search_fields = ["=id", "name", "=sha256", "session__title"]
+    list_select_related = ["session"]
+    ordering = ["-created_at", "-id"]
+    fields = ["session", "name", "mime_type", "size", "sha256", "path", "created_at"]

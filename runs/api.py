@@ -7,24 +7,26 @@ answers, not errors; 404 means only that the run is not yours (or not there).
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Annotated, Any, Literal
 
-import orjson
-from django.http import HttpRequest, HttpResponse
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.http import FileResponse, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.utils.text import slugify
-from ninja import Header, Path, Query, Router, Status
+from ninja import File, Header, Path, Query, Router, Status, UploadedFile
 
 from hermesweb.auth import get_visible
 from hermesweb.errors import MAX_ID, ApiError, not_found
 from intents.models import PendingIntent
 from projects.models import Project, Session
-from runs import controls, discovery, journal, search
+from projects.schemas import SessionOut
+from runs import attachments, controls, discovery, export, fork, journal, search
 from runs import services as run_services
-from runs.export import session_json, session_markdown
-from runs.models import AgentJob, AgentJobKind, AgentJobState, JournalEvent, Run
+from runs import transcript as transcript_pages
+from runs.models import AgentJob, AgentJobKind, AgentJobState, Attachment, Run
 from runs.schemas import (
     ApprovalIn,
+    AttachmentOut,
     ClarifyIn,
     ControlResultOut,
     EventsPage,
@@ -40,7 +42,6 @@ from runs.schemas import (
     TranscriptOut,
     TurnOut,
 )
-from runs.transcript import materialize
 
 router = Router()
 
@@ -72,7 +73,8 @@ def submit_message(request: HttpRequest, id: int, payload: MessageIn) -> Status[
 
     The same `client_id` again returns the first answer with `duplicate: true`.
     409 `session_archived` for an archived session; 422 `queue_full` when the session already has
-    HERMESWEB_MAX_QUEUED_INTENTS open intents.
+    HERMESWEB_MAX_QUEUED_INTENTS open intents; 404 `not_found` when `attachments` names an id
+    that is not an upload of this session.
     """
     if not 1 <= id <= MAX_ID:
         raise not_found("session")
@@ -92,14 +94,47 @@ def submit_message(request: HttpRequest, id: int, payload: MessageIn) -> Status[
     return Status(202, SubmitOut.from_result(result))
 
 
+@router.post("/sessions/{id}/fork", response={201: SessionOut}, tags=["sessions"])
+def fork_session(request: HttpRequest, id: int) -> Status[Session]:
+    """Fork a session: a new session in the same project whose transcript starts with this one's.
+
+    The agent session is forked (ACP `session/fork`) on the new session's first turn. 409
+    `session_archived` / `project_archived`, 409 `session_busy` while a turn is queued or running,
+    422 `unsupported` when there is no agent session yet or the agent cannot fork, 422
+    `agent_unavailable` when no runner has started the agent yet to say. Each call makes a new fork.
+    """
+    if not 1 <= id <= MAX_ID:
+        raise not_found("session")
+    try:
+        forked = fork.do_fork_session(request.auth, id)
+    except Session.DoesNotExist:
+        raise not_found("session") from None
+    except fork.ForkRefused as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
+    return Status(201, forked)
+
+
 @router.get("/sessions/{id}/transcript", response=TranscriptOut, tags=["sessions"])
-def transcript(request: HttpRequest, id: int) -> TranscriptOut:
-    """Every turn of the session, oldest first, with its events materialized, plus the open intents."""
+def transcript(
+    request: HttpRequest,
+    id: int,
+    before: Annotated[
+        int | None, Query(ge=1, le=MAX_ID, description="Only turns older than this run id.")
+    ] = None,
+    limit: Annotated[
+        int, Query(ge=1, le=transcript_pages.PAGE_TURNS_MAX, description="Turns per page, at most.")
+    ] = transcript_pages.PAGE_TURNS,
+) -> TranscriptOut:
+    """A page of the session's turns, oldest first, with their events materialized, plus the open intents.
+
+    The newest page unless `before`; `has_more` says older turns exist (pass `before` on). A page
+    also stops at HERMESWEB_TRANSCRIPT_PAGE_BYTES: a single larger turn comes with `complete`
+    false, its state cut at `state.last_seq`, to be read on from the run's events.
+    """
     session = get_visible(Session.objects, request.auth, id, "session")
-    runs = list(Run.objects.filter(session=session).order_by("created_at", "id"))
-    events: dict[int, list[JournalEvent]] = defaultdict(list)
-    for event in JournalEvent.objects.filter(run__session=session).order_by("run_id", "seq"):
-        events[event.run_id].append(event)
+    page = transcript_pages.newest_turns(
+        session.pk, before=before, limit=limit, budget=settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES
+    )
     turns = [
         TurnOut(
             run_id=run.pk,
@@ -115,18 +150,21 @@ def transcript(request: HttpRequest, id: int) -> TranscriptOut:
             created_at=run.created_at,
             started_at=run.started_at,
             finished_at=run.finished_at,
-            state=materialize(events[run.pk]),
+            state=state,
+            complete=complete,
         )
-        for run in runs
+        for run, state, complete in page.turns
     ]
     intents = PendingIntent.objects.filter(session=session).open().order_by("position", "id")
-    active = next((run.pk for run in runs if run.is_active), None)
+    active = Run.objects.filter(session=session).active().values_list("pk", flat=True).first()
     return TranscriptOut(
         session_id=session.pk,
         title=session.title,
         status=session.status,
         active_run_id=active,
         turns=turns,
+        has_more=page.has_more,
+        before=page.turns[0].run.pk if page.has_more and page.turns else None,
         intents=list(intents),
     )
 
@@ -244,17 +282,21 @@ def export_session(
     request: HttpRequest,
     id: int,
     format: Annotated[ExportFormat, Query(description="markdown (default) or json")] = "markdown",
-) -> HttpResponse:
-    """The session's transcript, materialized from the journal, as a Markdown or JSON attachment."""
+) -> StreamingHttpResponse:
+    """The session's transcript, materialized from the journal, as a Markdown or JSON attachment.
+
+    Streamed a turn at a time (runs/export.py): a long session costs the memory of one run.
+    """
     session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
     stem = f"{slugify(session.title)[:60] or 'session'}-{session.pk}"
     if format == "json":
-        body = orjson.dumps(session_json(session), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
-        response = HttpResponse(body, content_type="application/json")
-        response["Content-Disposition"] = f'attachment; filename="{stem}.json"'
+        chunks, content_type, suffix = export.json_chunks(session), "application/json", "json"
     else:
-        response = HttpResponse(session_markdown(session), content_type="text/markdown; charset=utf-8")
-        response["Content-Disposition"] = f'attachment; filename="{stem}.md"'
+        chunks, content_type, suffix = export.markdown_chunks(session), "text/markdown; charset=utf-8", "md"
+    # Under ASGI a synchronous generator would be collected whole before the first byte goes out.
+    content = export.streamed(chunks) if isinstance(request, ASGIRequest) else chunks
+    response = StreamingHttpResponse(content, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{stem}.{suffix}"'
     return response
 
 
@@ -353,3 +395,50 @@ def search_sessions(
         has_next=page * page_size < found.total,
         hits=[SearchHitOut(**vars(hit)) for hit in found.hits],
     )
+
+
+# ---------------------------------------------------------------- attachments
+
+
+@router.post("/sessions/{id}/attachments", response={201: AttachmentOut}, tags=["sessions"])
+def upload_attachment(request: HttpRequest, id: int, file: File[UploadedFile]) -> Status[AttachmentOut]:
+    """Upload a file (multipart, field `file`) to send with a later message's `attachments`.
+
+    The type comes from the content: PNG, JPEG, GIF or WebP images, or UTF-8 text. 413
+    `attachment_too_large` past HERMESWEB_ATTACHMENT_MAX_BYTES; 422 `unsupported_attachment`
+    for any other content, or an image when the session's agent does not take images.
+    """
+    if not 1 <= id <= MAX_ID:
+        raise not_found("session")
+    upload = attachments.Upload(file.name or "attachment", file.chunks(), file.size)
+    try:
+        stored = attachments.do_upload_attachment(request.auth, id, upload)
+    except Session.DoesNotExist:
+        raise not_found("session") from None
+    except attachments.AttachmentRefused as exc:
+        raise ApiError(exc.status, exc.code, exc.message) from None
+    return Status(201, AttachmentOut(**stored.described()))
+
+
+@router.get("/attachments/{id}/content", tags=["sessions"], response={200: None})
+def attachment_content(request: HttpRequest, id: int) -> FileResponse:
+    """The file's bytes, to its owner only: images inline (thumbnails), text as text/plain."""
+    if not 1 <= id <= MAX_ID:
+        raise not_found("attachment")
+    try:
+        stored = attachments.owned_attachment(request.auth, id)
+        handle = attachments.absolute_path(stored).open("rb")
+    except (Attachment.DoesNotExist, FileNotFoundError):
+        raise not_found("attachment") from None
+    # Never an HTML or script type from this origin: text is served as plain text, sandboxed.
+    image = stored.is_image
+    response = FileResponse(
+        handle,
+        as_attachment=not image,
+        filename=stored.name,
+        content_type=stored.mime_type if image else "text/plain; charset=utf-8",
+    )
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    response["Cache-Control"] = "private, max-age=3600"
+    return response

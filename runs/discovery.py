@@ -21,6 +21,7 @@ from projects.models import Project, Session
 from runs import journal, notify, search
 from runs.journal import NewEvent, done_event
 from runs.models import AgentJob, AgentJobKind, AgentJobState, EventType, Run, Runner, RunSource, RunStatus
+from runs.redaction import redact, redact_text
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,13 @@ def finish_job(
     job_id: int, *, result: dict[str, Any] | None = None, error_code: str = "", error: str = ""
 ) -> None:
     state = AgentJobState.FAILED if error_code else AgentJobState.DONE
+    # Both quote the agent (its session titles, its errors): redacted as the journal is.
     AgentJob.objects.filter(pk=job_id, state=AgentJobState.RUNNING).update(
-        state=state, result=result or {}, error_code=error_code, error=error, finished_at=timezone.now()
+        state=state,
+        result=redact(result or {}),
+        error_code=error_code,
+        error=redact_text(error),
+        finished_at=timezone.now(),
     )
 
 
@@ -228,9 +234,9 @@ def write_import(
         title = history.title or _title_from(history.turns) or f"Imported {agent_session_id[:8]}"
         session = Session.objects.create(
             project=project,
-            title=title[:300],
+            title=redact_text(title)[:300],  # the agent's words, as the live path stores them
             agent_session_id=agent_session_id,
-            commands=history.commands or [],
+            commands=redact(history.commands or []),
         )
         for index, turn in enumerate(history.turns, start=1):
             now = timezone.now()

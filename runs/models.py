@@ -350,3 +350,33 @@ class SearchDocument(models.Model):
 
     def __str__(self) -> str:
         return f"search document of run {self.run_id}"
+
+
+class Attachment(models.Model):
+    """A file the user uploaded to a session, sent to the agent with a message (docs/agents.md).
+
+    The bytes live under the data directory at `path` (relative to it, never inside a
+    project or an allowed root); runs.attachments writes them and removes them with the row.
+    """
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="attachments")
+    name = models.CharField(max_length=255)
+    mime_type = models.CharField(max_length=100, help_text="Detected from the content, not the client.")
+    size = models.PositiveBigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    path = models.CharField(max_length=500, help_text="Relative to the data directory.")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.mime_type}, session {self.session_id})"
+
+    @property
+    def is_image(self) -> bool:
+        return self.mime_type.startswith("image/")
+
+    def described(self) -> dict[str, Any]:
+        """What a run stores and the API answers: no path, no hash."""
+        return {"id": self.pk, "name": self.name, "mime_type": self.mime_type, "size": self.size}

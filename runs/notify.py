@@ -44,6 +44,40 @@ def user_group(user_id: Any) -> str:
     return f"user.{user_id}"
 
 
+def user_sessions_group(user_id: Any) -> str:
+    """A user's sessions doorbell: any of their sessions changed its live state (runs.live.user_feed)."""
+    return f"user.{user_id}.sessions"
+
+
+def publish_user_sessions_changed(user_id: Any) -> None:
+    """After commit: the owner's sockets read all their sessions' states again."""
+    _send(user_sessions_group(user_id), {"type": "user.sessions", "user_id": user_id})
+
+
+async def apublish_user_sessions_changed(user_ids: set[Any]) -> None:
+    for user_id in user_ids:
+        await _asend(user_sessions_group(user_id), {"type": "user.sessions", "user_id": user_id})
+
+
+# A session's owner never changes: looked up once per process, so ringing the owner costs
+# no query on a turn's path after the first.
+_owners: dict[int, Any] = {}
+OWNERS_CACHED_MAX = 10_000
+
+
+def session_owners(session_ids: set[int]) -> set[Any]:
+    """The owners of these sessions (sync); a session deleted meanwhile has none."""
+    from projects.models import Session  # runs.notify is imported by the models' own modules
+
+    missing = [pk for pk in session_ids if pk not in _owners]
+    if missing:
+        if len(_owners) > OWNERS_CACHED_MAX:
+            _owners.clear()
+        rows = Session.objects.filter(pk__in=missing).values_list("pk", "project__owner_id")
+        _owners.update(rows)
+    return {_owners[pk] for pk in session_ids if pk in _owners}
+
+
 def publish_sign_in_changed(user_id: Any, session_tag: str | None = None) -> None:
     """After commit: `session_tag` (runs.live.signins.session_tag) signed out, or, without one,
     the user's password, activity or staff flag changed: their sockets check again."""
@@ -239,8 +273,21 @@ async def apublish_many(batches: list[tuple[int, int, list[dict[str, Any]]]]) ->
         await _asend(JOURNAL_GROUP, {"type": "journal.events", "runs": runs})
 
 
-def publish_session_changed(session_id: int) -> None:
+def publish_session_changed(session_id: int, owner_id: Any = None) -> None:
+    """After commit: the session's viewers read its snapshot again, and its owner's sidebar states.
+
+    `owner_id`, when the caller knows it, spares the owner's lookup (a turn's one statement).
+    """
     _send(session_group(session_id), {"type": "session.changed", "session_id": session_id})
+    if owner_id is not None:
+        _owners[session_id] = owner_id
+    try:
+        owners = session_owners({session_id})
+    except Exception:  # the doorbell failing must never fail the write that rang it
+        log.warning("session %s: its owner's doorbell was not rung", session_id, exc_info=True)
+        return
+    for owner in owners:
+        publish_user_sessions_changed(owner)
 
 
 def runners_listen() -> bool:

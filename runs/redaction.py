@@ -7,7 +7,7 @@ shapes inside any string (API keys, bearer tokens, `password=…`) are masked.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
 from typing import Any, Protocol
 
@@ -41,16 +41,36 @@ class _PrivateKeyBlocks:
     def sub(self, repl: str, string: str) -> str:
         parts: list[str] = []
         pos = 0
-        while (begin := self._begin.search(string, pos)) is not None:
-            end = self._end.search(string, begin.end())
-            if end is None:
-                break
-            parts += [string[pos : begin.start()], repl]
-            pos = end.end()
+        for start, end in self.spans(string):
+            parts += [string[pos:start], repl]
+            pos = end
         if not parts:
             return string
         parts.append(string[pos:])
         return "".join(parts)
+
+    def spans(self, string: str, pos: int = 0) -> Iterator[tuple[int, int]]:
+        """(start, end) of each block from `pos` on."""
+        while (begin := self._begin.search(string, pos)) is not None:
+            end = self._end.search(string, begin.end())
+            if end is None:
+                return
+            yield begin.start(), end.end()
+            pos = end.end()
+
+    def open_at(self, string: str) -> int | None:
+        """Where the first header after the last footer begins: one no footer closes.
+
+        Every header before the last footer is closed by it or an earlier one. Found from the
+        end (a stream asks this for every piece while it holds up to 16 KiB of a block).
+        """
+        pos = len(string)
+        while (pos := string.rfind("-----END ", 0, pos)) >= 0:
+            if (end := self._end.match(string, pos)) is not None:
+                begin = self._begin.search(string, end.end())
+                return None if begin is None else begin.start()
+        begin = self._begin.search(string)
+        return None if begin is None else begin.start()
 
 
 # Every pattern runs in time linear in the text (tests/test_security_redaction.py feeds each
@@ -69,7 +89,7 @@ _PATTERNS: list[tuple[_Substituter, str | Any]] = [
     (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), REDACTED),
     (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
     (re.compile(r"\bhw_[A-Za-z0-9_-]{30,}"), REDACTED),
-    (_PrivateKeyBlocks(), REDACTED),
+    (_PRIVATE_KEYS := _PrivateKeyBlocks(), REDACTED),
     # key=value / key: value assignments of password-like names, in shell, env files, YAML, JSON
     # text. The match starts at the keyword: a prefix (`OPENAI_` in `OPENAI_API_KEY=`) is kept as
     # it is, never matched, which is what keeps the pattern linear.
@@ -187,3 +207,140 @@ def redact(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [redact(item) for item in value]
     return value
+
+
+# ------------------------------------------------------------------ text that arrives in pieces
+# A secret split across two streamed pieces (token deltas) is in no single journal row whole.
+# runs/runner/redact_stream.py holds back the tail of a stream that could still grow into a
+# secret; these say which tail that is, from the patterns above.
+
+HOLD_CHARS = 256  # the longest tail held back for the patterns above, PEM blocks aside
+PEM_HOLD_CHARS = 16 * 1024  # a private key block, header to footer (RSA 8192: ~6.5 KB)
+
+
+def _prefixes(word: str) -> str:
+    """A regex matching every non-empty prefix of `word`: `a(?:b(?:c)?)?`."""
+    out = ""
+    for char in reversed(word[1:]):
+        out = f"(?:{re.escape(char)}{out})?"
+    return re.escape(word[0]) + out
+
+
+def _opening(*words: str, then: str = "") -> str:
+    """A prefix of one of `words`, or a whole one followed by `then`."""
+    alternatives = [_prefixes(word) for word in words]
+    if then:
+        alternatives.append(f"(?:{'|'.join(map(re.escape, words))}){then}")
+    return "|".join(alternatives)
+
+
+_KEYWORDS = (
+    "api_key", "api-key", "apikey", "password", "passwd", "secret", "token",
+    "private_key", "private-key", "privatekey",
+)  # fmt: skip
+
+# A suffix of a text that is a prefix of a match of one of the patterns above, or a match that
+# further text could lengthen; each alternative ends the text (`\Z`), so a search gives the
+# leftmost such suffix. One per pattern, in the same order; every prefix of every match is one.
+_OPENINGS = [
+    rf"(?i:\b(?:{_opening('bearer', 'basic', then=r'\s+[A-Za-z0-9._~+/=-]*')}))",
+    rf"\b(?:{_opening('sk-', 'rk-', 'pk-', then='[A-Za-z0-9_-]*')})",
+    rf"\b(?:{_opening('ghp_', 'gho_', 'ghu_', 'ghs_', 'ghr_', then='[A-Za-z0-9]*')})",
+    rf"\b(?:{_opening('github_pat_', then='[A-Za-z0-9_]*')})",
+    rf"\b(?:{_opening('xoxa-', 'xoxb-', 'xoxp-', 'xoxr-', 'xoxs-', then='[A-Za-z0-9-]*')})",
+    rf"\b(?:{_opening('AKIA', then='[0-9A-Z]{0,16}')})",
+    rf"\b(?:{_opening('AIza', then='[0-9A-Za-z_-]{0,35}')})",
+    rf"\b(?:{_opening('hf_', then='[A-Za-z0-9]*')})",
+    rf"\b(?:{_opening('hw_', then='[A-Za-z0-9_-]*')})",
+    # A header under way; a whole header without its footer is `open_private_key`'s.
+    rf"(?:{_opening('-----BEGIN ', then=r'[A-Z ]*-{0,4}')})",
+    rf"(?i:{_opening(*_KEYWORDS, then=r'''["']?\s*(?:[:=]\s*["']?[^\s"',;]*)?''')})",
+    # From the scheme's last character, which the pattern's look-behind needs to see.
+    r"[A-Za-z0-9+.-](?::(?:/(?:/(?:[^\s:/@]+(?::[^\s@/]*)?)?)?)?)",
+]
+assert len(_OPENINGS) == len(_PATTERNS)
+OPENING = re.compile("|".join(f"(?:{opening})\\Z" for opening in _OPENINGS))
+
+# For each pattern, the characters that lengthen a match of it that ends a text (None: its
+# matches end on a fixed character or length): what a stream drops after a secret it had to
+# let go of before its end.
+_LENGTHENING: list[re.Pattern[str] | None] = [
+    re.compile(r"[A-Za-z0-9._~+/=-]*"),
+    re.compile(r"[A-Za-z0-9_-]*"),
+    re.compile(r"[A-Za-z0-9]*"),
+    re.compile(r"[A-Za-z0-9_]*"),
+    re.compile(r"[A-Za-z0-9-]*"),
+    None,
+    None,
+    re.compile(r"[A-Za-z0-9]*"),
+    re.compile(r"[A-Za-z0-9_-]*"),
+    None,
+    re.compile(r"""[^\s"',;]*"""),
+    None,
+]
+assert len(_LENGTHENING) == len(_PATTERNS)
+
+
+# Every opening longer than _OPENING_TAIL characters holds one of these whole (folded as
+# `_fold` does); shorter ones lie in the text's last _OPENING_TAIL characters. Searching
+# those alone when none is present costs a small part of a full search (~0.5 µs a character).
+_OPENING_WORDS = (
+    "bearer", "basic", "sk-", "rk-", "pk-", "gh", "xox", "akia", "aiza", "hf_", "hw_", "-----begin ",
+    "api", "passw", "secret", "token", "private", ":",
+)  # fmt: skip
+_OPENING_TAIL = 12
+
+
+def opening_start(text: str, start: int = 0) -> int | None:
+    """Where the leftmost suffix of `text` from `start` on that could grow into a secret begins."""
+    tail = len(text) - _OPENING_TAIL
+    if tail > start:
+        low = _fold(text[start:])  # whole: a word begun before `tail` may end after it
+        if not any(word in low for word in _OPENING_WORDS):
+            start = tail
+    found = OPENING.search(text, start)
+    return None if found is None else found.start()
+
+
+def open_private_key(text: str) -> int | None:
+    """Where the last private key header of `text` without a footer after it begins."""
+    return _PRIVATE_KEYS.open_at(text) if "PRIVATE KEY-----" in text else None
+
+
+def secret_at_end(text: str) -> re.Pattern[str] | None:
+    """If a secret ends `text` and more text could lengthen it: what lengthens it."""
+    low = _fold(text)
+    for (pattern, _), trigger, lengthening in zip(_PATTERNS, _TRIGGERS, _LENGTHENING, strict=True):
+        if lengthening is None or not trigger(text, low):
+            continue
+        assert isinstance(pattern, re.Pattern)
+        ends = [match.end() for match in pattern.finditer(text)]
+        if ends and ends[-1] == len(text):
+            return lengthening
+    return None
+
+
+def match_across(text: str, cut: int, start: int = 0) -> int | None:
+    """Where the leftmost match that begins in `text[start:cut]` and runs past `cut` begins.
+
+    A cut at the leftmost opening can still fall inside a match that has ended already
+    (`password=hunter2secret ` opens again at `secret `).
+    """
+    piece = text[start:]
+    low = _fold(piece)
+    found: int | None = None
+    for (pattern, _), trigger in zip(_PATTERNS, _TRIGGERS, strict=True):
+        if not trigger(piece, low):
+            continue
+        if isinstance(pattern, re.Pattern):
+            matches = pattern.finditer(text, start, cut + HOLD_CHARS)
+            spans: Iterable[tuple[int, int]] = (match.span() for match in matches)
+        else:
+            spans = _PRIVATE_KEYS.spans(text, start)
+        for begin, end in spans:
+            if begin >= cut or (found is not None and begin >= found):
+                break
+            if end > cut:
+                found = begin
+                break
+    return found

@@ -8,10 +8,22 @@ from typing import Annotated, Any, Literal
 from ninja import Field, Schema
 from pydantic import StringConstraints
 
+from hermesweb.errors import MAX_ID
 from intents.schemas import IntentOut
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MessageText = Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
+AttachmentId = Annotated[int, Field(ge=1, le=MAX_ID)]
+MAX_MESSAGE_ATTACHMENTS = 20
+
+
+class AttachmentOut(Schema):
+    """An uploaded file, as a message's `attachments` and a turn's stored list name it."""
+
+    id: int
+    name: str
+    mime_type: str = Field(description="Detected from the content: image/png|jpeg|gif|webp, or a text type.")
+    size: int = Field(description="Bytes.")
 
 
 class MessageIn(Schema):
@@ -22,7 +34,11 @@ class MessageIn(Schema):
     mode: Literal["auto", "queue", "steer"] = Field(
         "auto", description="While a run is active: queue it, steer the run, or the project's default."
     )
-    attachments: list[dict[str, Any]] | None = Field(None, max_length=100, description="Attachment metadata.")
+    attachments: list[AttachmentId] | None = Field(
+        None,
+        max_length=MAX_MESSAGE_ATTACHMENTS,
+        description="Ids of this session's uploads (`POST /sessions/{id}/attachments`), sent with the text.",
+    )
 
 
 class SubmitOut(Schema):
@@ -132,6 +148,11 @@ class TurnOut(Schema):
     started_at: datetime | None
     finished_at: datetime | None
     state: dict[str, Any] = Field(description="runs.transcript.materialize() of the run's events.")
+    complete: bool = Field(
+        True,
+        description="False when `state` stops at `state.last_seq` to bound the page: read the rest "
+        "from GET /runs/{id}/events?after_seq=<state.last_seq> (or the socket, from that cursor).",
+    )
 
 
 class TranscriptOut(Schema):
@@ -139,7 +160,9 @@ class TranscriptOut(Schema):
     title: str
     status: str
     active_run_id: int | None
-    turns: list[TurnOut]
+    turns: list[TurnOut] = Field(description="One page of turns, oldest first: the newest unless `before`.")
+    has_more: bool = Field(False, description="Older turns exist: ask again with `before=<before>`.")
+    before: int | None = Field(None, description="The cursor for the next older page (its first run id).")
     intents: list[IntentOut] = Field(description="The session's open intents (waiting or stopping).")
 
 

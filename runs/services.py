@@ -20,9 +20,14 @@ from intents import services as intent_services
 from intents.models import PendingIntent
 from projects.models import Project, ProjectStatus, Session, SessionStatus, Workflow
 from runs import notify
-from runs.models import ACTIVE_STATUSES, Run, RunSource
+from runs.attachments import describe_for_message
+from runs.models import ACTIVE_STATUSES, Attachment, Run, RunSource
 
 MESSAGE_MODES = ("auto", "queue", "steer")
+STEER_WITH_FILES = {
+    "requested": "steer",
+    "fallback": "Attachments are sent with a turn of their own, not a steer.",
+}
 
 
 class Guard(Protocol):
@@ -46,6 +51,8 @@ class SubmitRefused(Exception):
     @property
     def status(self) -> int:
         """As HTTP: the message itself is wrong (422), or the session's state forbids it (409)."""
+        if self.code == "not_found":
+            return 404
         return 422 if self.code in ("invalid_mode", "empty_message", "queue_full") else 409
 
 
@@ -121,22 +128,30 @@ def do_submit_message_as(
     client_id: str,
     text: str,
     mode: str = "auto",
-    attachments: Sequence[dict[str, Any]] | None = None,
+    attachments: Sequence[int] | None = None,
     guard: Guard | None = None,
 ) -> SubmitResult:
     """do_submit_message from the composer, to a session `user` may see (else Session.DoesNotExist).
 
     The visibility check is the locking read itself: the API does not read the session first.
     With a `guard`, nothing is written unless it holds (else GuardFailed): the common case
-    checks it in the statement that writes.
+    checks it in the statement that writes. `attachments` are ids of that session's uploads,
+    stored on the turn (or intent) as {id, name, mime_type, size}; any other id is refused,
+    404 `not_found`.
     """
+    described: list[dict[str, Any]] = []
+    if attachments:
+        try:
+            described = describe_for_message(user, session_id, attachments)
+        except Attachment.DoesNotExist:
+            raise SubmitRefused("not_found", "No such attachment.") from None
     return _submit(
         session_id,
         user,
         client_id=client_id,
         text=text,
         mode=mode,
-        attachments=attachments,
+        attachments=described,
         source=RunSource.COMPOSER,
         source_meta=None,
         guard=guard,
@@ -164,7 +179,7 @@ def _submit(
             session_id, viewer, client_id, text, attachments, source, source_meta, guard
         )
         if run is not None:  # its statement rang the runners
-            notify.publish_session_changed(session_id)
+            notify.publish_session_changed(session_id, viewer.pk if viewer is not None else None)
             return SubmitResult("run", run, None, run.status, duplicate=False)
     if guard is not None and not guard.holds():
         raise GuardFailed
@@ -193,7 +208,8 @@ def _submit(
                 )
                 Session.objects.filter(pk=locked.pk).update(updated_at=run.created_at)
                 notify.wake_runners("run.queued", run.pk)
-                transaction.on_commit(lambda: notify.publish_session_changed(locked.pk))
+                owner = locked.project.owner_id
+                transaction.on_commit(lambda: notify.publish_session_changed(locked.pk, owner))
                 return SubmitResult("run", run, None, run.status, duplicate=False)
             active = Run.objects.get(pk=claims["active"])
             # Every open intent rides in each socket snapshot: past a cap, one session's queue
@@ -202,18 +218,21 @@ def _submit(
             if PendingIntent.objects.filter(session_id=locked.pk).open().count() >= limit:
                 raise SubmitRefused("queue_full", f"This session already has {limit} waiting messages.")
             effective = mode if mode != "auto" else locked.project.running_default
-            if effective == "steer":
+            if effective == "steer" and not attachments:
                 intent = intent_services.request_steer(
                     locked, active, client_id=client_id, text=text, attachments=attachments
                 )
             else:
+                # A steer carries text only: a message with attachments waits for its own turn.
+                steered = effective == "steer"
                 intent = intent_services.enqueue(
                     locked,
                     client_id=client_id,
                     text=text,
                     attachments=attachments,
                     source=source,
-                    source_meta=source_meta or {},
+                    source_meta={**(source_meta or {}), **(STEER_WITH_FILES if steered else {})},
+                    reason=STEER_WITH_FILES["fallback"] if steered else "",
                 )
             return _intent_result(intent, duplicate=False)
     except IntegrityError:

@@ -6,10 +6,17 @@ Design note: docs/journal.md ("Transcript"). Used by the pages, the admin, expor
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, NamedTuple
 
-from runs.models import EventType, JournalEvent, RunStatus
+import orjson
+
+from runs.models import EventType, JournalEvent, Run, RunStatus
+
+# A page of turns (the transcript API, the session's rendered fragments): its default and largest
+# number of turns. Its bytes are bounded too: see `page_turns`.
+PAGE_TURNS = 30
+PAGE_TURNS_MAX = 100
 
 
 def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, Any]:
@@ -20,7 +27,45 @@ def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, An
     the same events twice (a replay overlap) changes nothing: events at or
     below the last applied seq are skipped.
     """
-    state: dict[str, Any] = {
+    state = empty_state()
+    # A stream's consecutive deltas are joined once, then applied: `+=` on a dict's string copies
+    # the whole text each time, which made a long run's fold quadratic (bench/README, round eleven).
+    stream: list[dict[str, Any]] = []
+    for event in events:
+        ev = _as_dict(event)
+        if ev["seq"] <= (stream[-1]["seq"] if stream else state["last_seq"]):
+            continue
+        if stream and _stream_key(ev) != _stream_key(stream[-1]):
+            _apply_stream(state, stream)
+            stream = []
+        if _stream_key(ev) is not None:
+            stream.append(ev)
+        else:
+            apply_event(state, ev)
+    if stream:
+        _apply_stream(state, stream)
+    return state
+
+
+def _stream_key(ev: dict[str, Any]) -> tuple[str, Any] | None:
+    payload = ev.get("payload") or {}
+    if ev["type"] == EventType.TOKEN_DELTA:
+        return ("text", payload.get("message_id"))
+    if ev["type"] == EventType.REASONING_DELTA:
+        return ("reasoning", payload.get("reasoning_id"))
+    return None
+
+
+def _apply_stream(state: dict[str, Any], stream: list[dict[str, Any]]) -> None:
+    last = stream[-1]
+    if len(stream) > 1:
+        delta = "".join((ev.get("payload") or {}).get("delta", "") for ev in stream)
+        last = {**last, "payload": {**(last.get("payload") or {}), "delta": delta}}
+    apply_event(state, last)
+
+
+def empty_state() -> dict[str, Any]:
+    return {
         "items": [],
         "text": "",
         "reasoning": "",
@@ -39,9 +84,6 @@ def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, An
         "stop_reason": None,
         "last_seq": 0,
     }
-    for event in events:
-        apply_event(state, event)
-    return state
 
 
 def _as_dict(event: JournalEvent | dict[str, Any]) -> dict[str, Any]:
@@ -140,3 +182,86 @@ def apply_event(state: dict[str, Any], event: JournalEvent | dict[str, Any]) -> 
         state["stop_reason"] = payload.get("stop_reason")
         if payload.get("reason"):
             state["terminal_reason"] = payload["reason"]
+
+
+# ---------------------------------------------------------------- pages of turns
+
+
+class PagedTurn(NamedTuple):
+    run: Run
+    state: dict[str, Any]
+    # False: `state` stops at state["last_seq"] to keep the page bounded; the rest of the run is
+    # in its journal (GET /api/runs/{id}/events, or the socket from that cursor).
+    complete: bool
+
+
+class TurnsPage(NamedTuple):
+    turns: list[PagedTurn]  # in the order asked for
+    # Runs were left out: past the page's turn limit or its byte budget.
+    stopped: bool
+
+
+def turn_cost(run: Run) -> int:
+    return len(run.prompt_text) + len(run.error or "")
+
+
+def page_turns(runs: Sequence[Run], budget: int, *, skip_oversized: bool = False) -> TurnsPage:
+    """Materialize `runs` in order until their prompts and event payloads reach `budget` bytes.
+
+    The first run always goes in, cut short (`complete` False) when it alone passes the budget;
+    with `skip_oversized` such a run comes with an empty state instead and the page goes on. Each run's events
+    are read with an iterator, so a page holds at most about `budget` of them at a time; its
+    JSON stays under about twice that (a text is both `text` and an item) plus one prompt.
+    """
+    turns: list[PagedTurn] = []
+    spent = 0
+    for run in runs:
+        cost = turn_cost(run)
+        if turns and spent + cost > budget:
+            return TurnsPage(turns, True)
+        state, used, complete = _materialize_within(run, budget - spent - cost)
+        if not complete and turns:
+            return TurnsPage(turns, True)
+        if not complete and skip_oversized:
+            turns.append(PagedTurn(run, empty_state(), False))
+            continue
+        turns.append(PagedTurn(run, state, complete))
+        if not complete:  # the rest of it comes first on the next page
+            return TurnsPage(turns, True)
+        spent += cost + used
+    return TurnsPage(turns, False)
+
+
+def _materialize_within(run: Run, budget: int) -> tuple[dict[str, Any], int, bool]:
+    """A run's state from its events while their payloads fit `budget`: (state, bytes used, complete).
+
+    A cut never falls inside the compacted range: a cursor there could not be read on from.
+    """
+    state, used = empty_state(), 0
+    events = JournalEvent.objects.filter(run=run).order_by("seq").only("seq", "type", "payload", "terminal")
+    for event in events.iterator(chunk_size=500):
+        size = len(orjson.dumps(event.payload))
+        if used + size > budget and event.seq > run.compacted_through:
+            return state, used, False
+        apply_event(state, event)
+        used += size
+    return state, used, True
+
+
+class TranscriptPage(NamedTuple):
+    turns: list[PagedTurn]  # oldest first
+    has_more: bool  # older turns exist: ask again with `before` = the first turn's run id
+
+
+def newest_turns(session_id: int, *, before: int | None, limit: int, budget: int) -> TranscriptPage:
+    """The session's newest turns older than run `before` (all of them when None), one bounded page.
+
+    Run ids grow with the session's turns (they are created under the session's lock), so they
+    order the pages and serve as their cursor.
+    """
+    runs = Run.objects.filter(session_id=session_id)
+    if before is not None:
+        runs = runs.filter(pk__lt=before)
+    newest = list(runs.order_by("-pk")[: limit + 1])
+    page = page_turns(newest[:limit], budget)
+    return TranscriptPage(page.turns[::-1], page.stopped or len(newest) > limit)

@@ -18,6 +18,7 @@ from projects.models import Session
 from runs import journal, notify, search
 from runs.journal import NewEvent
 from runs.models import Control, ControlState, JournalEvent, Run, RunStatus
+from runs.redaction import redact_text
 
 
 def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> list[JournalEvent]:
@@ -29,6 +30,9 @@ def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> l
     whatever crashes afterwards. Raises journal.AlreadyTerminal if the run has ended.
     """
     session_id = Run.objects.values_list("session_id", flat=True).get(pk=run_id)
+    if run_updates.get("error"):
+        # Error text quotes the agent (its stderr, its exceptions): no secret on the Run row.
+        run_updates["error"] = redact_text(run_updates["error"])
     with transaction.atomic():
         # Lock order everywhere: session, then run (append_batch locks the run).
         session = Session.objects.lock(session_id)

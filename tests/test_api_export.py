@@ -38,7 +38,7 @@ def test_markdown_export_is_a_markdown_attachment_with_prompt_and_answer(api: Cl
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/markdown")
     assert response["Content-Disposition"] == f'attachment; filename="fix-the-parser-{exported.pk}.md"'
-    text = response.content.decode()
+    text = response.getvalue().decode()
     assert text.startswith("# Fix the parser")
     assert "Why does it fail?" in text and "Looking at it." in text and "`ls`" in text
 
@@ -54,7 +54,7 @@ def test_json_export_carries_every_turn_with_its_materialized_state(bearer: Clie
     assert response.status_code == 200
     assert response["Content-Type"] == "application/json"
     assert response["Content-Disposition"].endswith(f'-{exported.pk}.json"')
-    data = json.loads(response.content)
+    data = json.loads(response.getvalue())
     assert data["session"]["id"] == exported.pk
     [turn] = data["turns"]
     assert turn["prompt"]["text"] == "Why does it fail?"

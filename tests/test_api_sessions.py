@@ -12,7 +12,7 @@ from django.test import Client
 
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
-from runs.models import Control, ControlKind, Run, RunStatus
+from runs.models import Attachment, Control, ControlKind, Run, RunStatus
 from runs.transcript import materialize
 from tests.conftest import token_client
 from tests.factories import PendingIntentFactory, ProjectFactory, RunFactory, SessionFactory, run_with_events
@@ -126,7 +126,10 @@ def test_staff_may_not_read_anyone_elses_session(staff_user: Any, other_user: An
 
 
 def test_a_message_to_an_idle_session_starts_a_run(api: Client, session: Any) -> None:
-    response = send(api, session, text="Run the tests", attachments=[{"name": "log.txt", "size": 12}])
+    log = Attachment.objects.create(
+        session=session, name="log.txt", mime_type="text/plain", size=12, sha256="0" * 64, path="unused"
+    )
+    response = send(api, session, text="Run the tests", attachments=[log.pk])
 
     assert response.status_code == 202
     body = response.json()
@@ -139,7 +142,7 @@ def test_a_message_to_an_idle_session_starts_a_run(api: Client, session: Any) ->
     }
     run = Run.objects.get(pk=body["run_id"])
     assert (run.prompt_text, run.client_id, run.session) == ("Run the tests", "c1", session)
-    assert run.attachments == [{"name": "log.txt", "size": 12}]
+    assert run.attachments == [{"id": log.pk, "name": "log.txt", "mime_type": "text/plain", "size": 12}]
 
 
 def test_a_new_turn_costs_the_api_five_queries(

@@ -58,7 +58,7 @@ def is_kind(kind: str) -> Callable[[Any], bool]:
 # ------------------------------------------------------------------ handshake and session setup
 
 
-def test_initialize_advertises_load_list_no_images_and_slash_steer(home: Path) -> None:
+def test_initialize_advertises_load_list_images_embedded_files_and_slash_steer(home: Path) -> None:
     async def body() -> None:
         async with demo_agent(home) as agent:
             init = agent.init
@@ -68,7 +68,12 @@ def test_initialize_advertises_load_list_no_images_and_slash_steer(home: Path) -
             assert caps.session_capabilities is not None
             assert caps.session_capabilities.list is not None
             assert caps.session_capabilities.resume is not None
-            assert caps.prompt_capabilities is not None and caps.prompt_capabilities.image is False
+            prompts = caps.prompt_capabilities
+            assert prompts is not None and (prompts.image, prompts.embedded_context, prompts.audio) == (
+                True,
+                True,
+                False,
+            )
             assert init.field_meta == {"steer": "slash"}
 
     run(body)

@@ -33,6 +33,7 @@ from urllib.parse import urlencode
 import pytest
 from django.contrib.admin import helpers
 from django.contrib.auth.models import Permission
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.db import transaction
 from django.db.models import Count, Max
 from django.test import Client
@@ -42,8 +43,18 @@ from websockets.sync.client import connect
 from intents.models import PendingIntent
 from projects.models import Project, Session, Workflow
 from runs import search
+from runs.attachments import Upload, do_upload_attachment
 from runs.live.routing import websocket_urlpatterns
-from runs.models import AgentJob, AgentJobKind, AgentJobState, Control, JournalEvent, Run, RunStatus
+from runs.models import (
+    AgentJob,
+    AgentJobKind,
+    AgentJobState,
+    Attachment,
+    Control,
+    JournalEvent,
+    Run,
+    RunStatus,
+)
 from tests import factories
 from tests.conftest import token_client
 from tests.support.live import LiveSocket, LiveStack, layer, live, session_cookie  # noqa: F401
@@ -101,8 +112,11 @@ COLLECTIONS = {
     "runs": "run",
     "intents": "intent",
     "jobs": "job",
+    "attachments": "attachment",
 }
-OBJECT_KINDS = {"project", "workflow", "session", "run", "intent", "job"}
+OBJECT_KINDS = {"project", "workflow", "session", "run", "intent", "job", "attachment"}
+# A multipart upload's body (`POST /sessions/{id}/attachments`): a small text file.
+MULTIPART = "multipart/form-data"
 PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
 
 
@@ -126,6 +140,7 @@ class World:
     active: Run
     intent: PendingIntent
     job: AgentJob
+    attachment: Attachment  # uploaded to the idle session; its name and text carry the words
 
     def candidates(self, kind: str) -> list[Any]:
         """The values a parameter of this kind is tried with."""
@@ -136,6 +151,7 @@ class World:
             "run": [self.finished.pk, self.active.pk],
             "intent": [self.intent.pk],
             "job": [self.job.pk],
+            "attachment": [self.attachment.pk],
             "approval": [APPROVAL_ID],
             "clarify": [CLARIFY_ID],
         }[kind]
@@ -206,7 +222,8 @@ def build_world(user: Any, words: str, root: Path) -> World:
         result={"sessions": listed},
     )
     search.index_run(finished.pk)  # its words searchable, so a search by anyone else is swept for them
-    return World(user, project, workflow, idle, busy, finished, active, intent, job)
+    attachment = do_upload_attachment(user, idle.pk, Upload(f"{words}.txt", [f"{words} notes\n".encode()]))
+    return World(user, project, workflow, idle, busy, finished, active, intent, job, attachment)
 
 
 def snapshot(owner: Any) -> dict[str, Any]:
@@ -221,6 +238,7 @@ def snapshot(owner: Any) -> dict[str, Any]:
         "controls": list(Control.objects.filter(run__session__project__owner=owner).order_by("pk").values()),
         "intents": list(PendingIntent.objects.filter(**in_session).order_by("pk").values()),
         "jobs": list(AgentJob.objects.filter(**mine).order_by("pk").values()),
+        "attachments": list(Attachment.objects.filter(**in_session).order_by("pk").values()),
         "journal": list(
             JournalEvent.objects.filter(run__session__project__owner=owner)
             .values("run_id")
@@ -367,6 +385,8 @@ class Probe:
 
     def send(self, caller: Caller) -> Any:
         client = dict(caller.clients(self.template))[self.client]
+        if self.body == MULTIPART:
+            return client.post(self.url, {"file": SimpleUploadedFile("sweep.txt", b"sweep upload\n")})
         data = "" if self.body is None else json.dumps(self.body)
         return client.generic(self.method, self.url, data=data, content_type="application/json")
 
@@ -415,7 +435,9 @@ def plan(
                     elif where != "path" and parameter.get("required"):
                         raise Unclassified(f"{template}: a required {where} parameter {name!r}")
                 content = (operation.get("requestBody") or {}).get("content", {})
-                if content:
+                if MULTIPART in content:
+                    body = MULTIPART
+                elif content:
                     if "application/json" not in content:
                         raise Unclassified(f"{method} {template}: a body that is not JSON")
                     body = fill.instance("body", "", content["application/json"]["schema"])
@@ -629,6 +651,11 @@ def open_socket(live: LiveStack, path: str, user: Any) -> LiveSocket:
     return LiveSocket(live.sockets.enter_context(ws))
 
 
+def user_sessions_frame(socket: LiveSocket) -> dict[str, Any]:
+    socket.send(type="sessions")
+    return socket.until(lambda f: f["type"] == "sessions")[-1]
+
+
 def test_every_socket_route_closes_4404_for_another_user_and_for_staff(
     live: LiveStack, allowed_root: Path
 ) -> None:
@@ -644,6 +671,16 @@ def test_every_socket_route_closes_4404_for_another_user_and_for_staff(
     assert routes
     for template in routes:
         names = PARAM.findall(template)
+        if not names:
+            # A route of no object (the user's own sessions' live states): each user sees only theirs.
+            own = user_sessions_frame(open_socket(live, "/" + template, ada))
+            assert a.active.session_id in {s["id"] for s in own["sessions"]}  # the owner sees hers
+            for intruder in (bob, sam):
+                socket = open_socket(live, "/" + template, intruder)
+                seen = {s["id"] for s in user_sessions_frame(socket)["sessions"]}
+                assert seen.isdisjoint(ada.projects.values_list("sessions", flat=True)), (template, seen)
+                assert not any(MARKER in json.dumps(frame) for frame in socket.frames)
+            continue
         kinds = [param_kind(template, name) for name in names]  # Unclassified fails the test
         for values in itertools.product(*(a.candidates(kind) for kind in kinds)):
             named = dict(zip(kinds, values, strict=True))

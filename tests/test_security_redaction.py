@@ -52,9 +52,10 @@ assert len(ADVERSARIAL) == len(_PATTERNS)
 def test_every_pattern_scrubs_a_mebibyte_of_adversarial_text_in_well_under_a_second(name: str) -> None:
     for text in ADVERSARIAL[name]:
         assert len(text) >= MIB - 64
-        started = time.perf_counter()
+        # CPU time of this thread, not wall time: a busy machine must not fail the test.
+        started = time.thread_time()
         redact_text(text)
-        elapsed = time.perf_counter() - started
+        elapsed = time.thread_time() - started
         # A linear pass over 1 MiB takes tens of milliseconds; the quadratic forms took minutes.
         assert elapsed < 0.5, f"{name}: {elapsed:.2f} s on {text[:40]!r}…"
 

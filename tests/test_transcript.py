@@ -89,3 +89,32 @@ def test_it_materializes_envelopes_as_well_as_rows() -> None:
     from_rows = materialize(events)
     from_envelopes = materialize(journal.envelopes(events, run.session_id))
     assert from_envelopes == from_rows
+
+
+def test_joined_stream_fold_equals_applying_each_event() -> None:
+    """materialize joins a stream's consecutive deltas; the result is what one-by-one applying gives."""
+    kinds = [
+        ("token.delta", {"message_id": "m1"}),
+        ("token.delta", {"message_id": "m1"}),
+        ("reasoning.delta", {"reasoning_id": "r1"}),
+        ("reasoning.delta", {"reasoning_id": "r1"}),
+        ("reasoning.done", {}),
+        ("reasoning.delta", {"reasoning_id": "r1"}),
+        ("token.delta", {"message_id": "m1"}),
+        ("token.delta", {"message_id": "m2"}),
+        ("tool.started", {"tool_call_id": "t1", "title": "ls"}),
+        ("token.delta", {"message_id": None}),
+        ("token.delta", {"message_id": None}),
+    ]
+    events = [
+        {"seq": seq, "type": kind, "terminal": False, "payload": {**extra, "delta": f"<{seq}>"}}
+        for seq, (kind, extra) in enumerate(kinds, start=1)
+    ]
+    # A replay overlap: the same events again, and an older one inside a stream.
+    replayed = events[:4] + events[1:3] + events[3:] + events[6:]
+
+    one_by_one = materialize([])
+    for event in replayed:
+        apply_event(one_by_one, event)
+    assert materialize(replayed) == one_by_one
+    assert one_by_one["text"] == "<1><2><7><8><10><11>"

@@ -9,9 +9,12 @@ import os
 import sys
 
 from acp import run_agent
+from acp.core import DEFAULT_STDIO_BUFFER_LIMIT_BYTES
+from acp.stdio import stdio_streams
 
 from .agent import DemoAgent
 from .store import HOME_ENV, SessionStore, resolve_home
+from .transport import DemoTransport
 
 DELAY_ENV = "HERMESWEB_DEMO_DELAY"
 STEER_ENV = "HERMESWEB_DEMO_STEER"  # "extension": advertise _session/steering instead of /steer
@@ -45,10 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     agent = DemoAgent(SessionStore(resolve_home(args.home)), delay=delay, steer=steer)
     try:
         # Unstable on: session/resume and session/close are routed only with it.
-        asyncio.run(run_agent(agent, use_unstable_protocol=True))
+        asyncio.run(_serve(agent))
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+async def _serve(agent: DemoAgent) -> None:
+    reader, writer = await stdio_streams(limit=DEFAULT_STDIO_BUFFER_LIMIT_BYTES)
+    # session/set_model is answered by the transport: the SDK's router has no route for it.
+    transport = DemoTransport(reader, writer, {"session/set_model": agent.set_model_request})
+    await run_agent(agent, transport, use_unstable_protocol=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import copy
 import logging
 import math
 import os
@@ -10,6 +12,7 @@ import re
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 from acp import PROTOCOL_VERSION, RequestError
 from acp.helpers import text_block, update_agent_message, update_available_commands
@@ -22,7 +25,9 @@ from acp.schema import (
     ClientCapabilities,
     CloseSessionResponse,
     Cost,
+    CurrentModeUpdate,
     EmbeddedResourceContentBlock,
+    ForkSessionResponse,
     ImageContentBlock,
     Implementation,
     InitializeResponse,
@@ -35,11 +40,13 @@ from acp.schema import (
     ResumeSessionResponse,
     SessionCapabilities,
     SessionCloseCapabilities,
+    SessionForkCapabilities,
     SessionInfo,
     SessionInfoUpdate,
     SessionListCapabilities,
     SessionNotification,
     SessionResumeCapabilities,
+    SetSessionModeResponse,
     StopReason,
     TextContentBlock,
     UnstructuredCommandInput,
@@ -69,6 +76,18 @@ BASE_CONTEXT_TOKENS = 1_500
 USD_PER_TOKEN = 0.000002
 LIST_PAGE_SIZE = 50
 
+# Modes and models, as Hermes reports them (session/new, load, fork): `accept_edits` writes
+# without asking. Models are open: any id is taken except `missing-*`, refused (for tests).
+MODES = [
+    {"id": "default", "name": "Default", "description": "Ask before edits."},
+    {"id": "accept_edits", "name": "Accept edits", "description": "Write files without asking."},
+]
+MODELS = [
+    {"modelId": "demo-small", "name": "Demo small"},
+    {"modelId": "demo-large", "name": "Demo large"},
+]
+REFUSED_MODEL_PREFIX = "missing-"
+
 COMMANDS: list[AvailableCommand] = [
     AvailableCommand(name="help", description="List the demo agent's commands and trigger words"),
     AvailableCommand(
@@ -89,7 +108,7 @@ HELP_TEXT = (
     "- `/steer <guidance>`: inject guidance into the running turn\n"
     "- `/title [text]`: show or set the session title\n\n"
     "Trigger words: `think`, `tool`, `edit`, `approve`/`permission`, `plan`, `ask`/`clarify`, "
-    "`slow`, `toolloop`, `crash`; add `fast` for no typing delay."
+    "`slow`, `toolloop`, `recall`, `crash`; add `fast` for no typing delay."
 )
 
 _COMMAND_RE = re.compile(r"^/(\w+)(?:\s+(.*))?$", re.DOTALL)
@@ -108,6 +127,25 @@ def prompt_text(prompt: list[PromptBlock]) -> str:
         elif isinstance(block, ResourceContentBlock):
             parts.append(f"[{block.name}]({block.uri})")
     return "\n".join(parts)
+
+
+def received_attachments(prompt: list[PromptBlock]) -> list[str]:
+    """What the prompt attached, as the demo acknowledges it: `image x.png (image/png, 68 bytes)`."""
+    notes: list[str] = []
+    for block in prompt:
+        if isinstance(block, ImageContentBlock):
+            size = len(base64.b64decode(block.data, validate=False))
+            notes.append(f"image {_uri_name(block.uri)} ({block.mime_type}, {size} bytes)")
+        elif isinstance(block, EmbeddedResourceContentBlock):
+            resource = block.resource
+            size = len(getattr(resource, "text", "").encode()) or len(getattr(resource, "blob", ""))
+            kind = resource.mime_type or "unknown type"
+            notes.append(f"file {_uri_name(resource.uri)} ({kind}, {size} bytes)")
+    return notes
+
+
+def _uri_name(uri: str | None) -> str:
+    return unquote((uri or "").rstrip("/").rsplit("/", 1)[-1]) or "unnamed"
 
 
 def parse_command(text: str) -> tuple[str, str] | None:
@@ -153,11 +191,13 @@ class DemoAgent:
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=PromptCapabilities(image=False, audio=False, embedded_context=False),
+                # Takes images and embedded text files, and says which it got (attachments).
+                prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
                 session_capabilities=SessionCapabilities(
                     list=SessionListCapabilities(),
                     resume=SessionResumeCapabilities(),
                     close=SessionCloseCapabilities(),
+                    fork=SessionForkCapabilities(),
                 ),
             ),
             auth_methods=[],
@@ -174,7 +214,7 @@ class DemoAgent:
         additional_directories: list[str] | None = None,
         mcp_servers: list[Any] | None = None,
         **kwargs: Any,
-    ) -> NewSessionResponse:
+    ) -> dict[str, Any]:
         _require_absolute(cwd)
         stamp = now_iso()
         stored = StoredSession(session_id=str(uuid.uuid4()), cwd=cwd, created_at=stamp, updated_at=stamp)
@@ -183,7 +223,7 @@ class DemoAgent:
         self._sessions[stored.session_id] = live
         # After the response: the client only knows the session id once session/new has answered.
         self._after_response(self._announce(live, with_state=False))
-        return NewSessionResponse(session_id=stored.session_id)
+        return _with_config(NewSessionResponse(session_id=stored.session_id), stored)
 
     async def load_session(
         self,
@@ -192,7 +232,7 @@ class DemoAgent:
         mcp_servers: list[Any] | None = None,
         additional_directories: list[str] | None = None,
         **kwargs: Any,
-    ) -> LoadSessionResponse:
+    ) -> dict[str, Any]:
         live = self._attach(session_id, cwd)
         # ACP: the whole history is replayed before session/load answers.
         live.stored.seal()
@@ -206,7 +246,7 @@ class DemoAgent:
                 continue
             await self.conn.session_update(session_id=session_id, update=update)
         await self._announce(live, with_state=True)
-        return LoadSessionResponse()
+        return _with_config(LoadSessionResponse(), live.stored)
 
     async def resume_session(
         self,
@@ -219,6 +259,40 @@ class DemoAgent:
         live = self._attach(session_id, cwd)
         self._after_response(self._announce(live, with_state=True))
         return ResumeSessionResponse()
+
+    async def fork_session(
+        self,
+        session_id: str,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        """A new session whose history (so what `recall` sees) is a copy of `session_id`'s."""
+        _require_absolute(cwd)
+        source = self._sessions.get(session_id)
+        parent = source.stored if source is not None else self._store.load(session_id)
+        if parent is None:
+            raise RequestError.resource_not_found(session_id)
+        parent.seal()
+        stamp = now_iso()
+        stored = StoredSession(
+            session_id=str(uuid.uuid4()),
+            cwd=cwd,
+            created_at=stamp,
+            updated_at=stamp,
+            title=parent.title,
+            turns=parent.turns,
+            context_tokens=parent.context_tokens,
+            history=copy.deepcopy(parent.history),
+            mode=parent.mode,
+            model=parent.model,
+        )
+        self._store.save(stored)
+        live = LiveSession(stored)
+        self._sessions[stored.session_id] = live
+        self._after_response(self._announce(live, with_state=False))
+        return _with_config(ForkSessionResponse(session_id=stored.session_id), stored)
 
     async def close_session(self, session_id: str, **kwargs: Any) -> CloseSessionResponse:
         live = self._sessions.pop(session_id, None)
@@ -246,6 +320,28 @@ class DemoAgent:
             ],
             next_cursor=str(end) if end < len(sessions) else None,
         )
+
+    async def set_session_mode(self, mode_id: str, session_id: str, **kwargs: Any) -> SetSessionModeResponse:
+        live = self._sessions.get(session_id)
+        if live is None:
+            raise RequestError.resource_not_found(session_id)
+        if mode_id not in {m["id"] for m in MODES}:
+            raise RequestError.invalid_params({"modeId": mode_id, "details": f"unknown mode {mode_id!r}"})
+        live.stored.mode = mode_id
+        self._store.save(live.stored)
+        return SetSessionModeResponse()
+
+    async def set_model_request(self, params: dict[str, Any]) -> dict[str, Any]:
+        """`session/set_model {sessionId, modelId}`, answered by runs/demo_agent/transport.py."""
+        session_id, model_id = str(params.get("sessionId") or ""), str(params.get("modelId") or "")
+        live = self._sessions.get(session_id)
+        if live is None:
+            raise RequestError.resource_not_found(session_id)
+        if not model_id or model_id.startswith(REFUSED_MODEL_PREFIX):
+            raise RequestError.invalid_params({"modelId": model_id, "details": f"no such model {model_id!r}"})
+        live.stored.model = model_id
+        self._store.save(live.stored)
+        return {}
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         live = self._sessions.get(session_id)
@@ -279,6 +375,11 @@ class DemoAgent:
                 )
             elif name == "help":
                 return await self._run_turn(live, text, _reply(HELP_TEXT), auto_title=False)
+            elif name == "status":
+                status = f"Mode: {live.stored.mode} · model: {live.stored.model}"
+                return await self._run_turn(live, text, _reply(status), auto_title=False)
+            elif name == "mode":
+                return await self._run_turn(live, text, self._mode_script(live, arg), auto_title=False)
             elif name == "title":
                 return await self._run_turn(live, text, self._title_script(live, arg), auto_title=False)
             else:
@@ -286,6 +387,9 @@ class DemoAgent:
                 return await self._run_turn(live, text, _reply(reply), auto_title=False)
 
         _, script = pick_script(text)
+        notes = received_attachments(prompt)
+        if notes:
+            script = _acknowledging(notes, script)
         delay = 0.0 if wants_fast(text) else self._delay
         return await self._run_turn(live, text, script, auto_title=True, delay=delay)
 
@@ -357,6 +461,20 @@ class DemoAgent:
             turn.save()
         return PromptResponse(stop_reason=stop, usage=usage)
 
+    def _mode_script(self, live: LiveSession, arg: str) -> TurnScript:
+        """`/mode <id>`: the agent switches mode itself and says so (`current_mode_update`)."""
+
+        async def script(turn: Turn) -> None:
+            if arg not in {m["id"] for m in MODES}:
+                await turn.say(f"Unknown mode `{arg}`.", delay=0)
+                return
+            live.stored.mode = arg
+            update = CurrentModeUpdate(session_update="current_mode_update", current_mode_id=arg)
+            await self.conn.session_update(session_id=live.session_id, update=update)
+            await turn.say(f"Switched to mode {arg}.", delay=0)
+
+        return script
+
     def _title_script(self, live: LiveSession, arg: str) -> TurnScript:
         async def script(turn: Turn) -> None:
             if arg:
@@ -417,6 +535,22 @@ class DemoAgent:
             cost=Cost(amount=round(context * USD_PER_TOKEN, 6), currency="USD"),
         )
         await self.conn.session_update(session_id=live.session_id, update=update)
+
+
+def _acknowledging(notes: list[str], script: TurnScript) -> TurnScript:
+    async def acknowledged(turn: Turn) -> None:
+        await turn.say("".join(f"Received {note}.\n" for note in notes) + "\n", delay=0)
+        await script(turn)
+
+    return acknowledged
+
+
+def _with_config(response: Any, stored: StoredSession) -> dict[str, Any]:
+    """A session-opening answer with the session's modes and models (the SDK's models drop `models`)."""
+    data: dict[str, Any] = response.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["modes"] = {"currentModeId": stored.mode, "availableModes": MODES}
+    data["models"] = {"currentModelId": stored.model, "availableModels": MODELS}
+    return data
 
 
 def _reply(text: str) -> TurnScript:

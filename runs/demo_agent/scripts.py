@@ -208,6 +208,22 @@ async def run_slow(turn: Turn) -> None:
     await turn.say_chunk("\n\nFinished the slow run.", delay=0)
 
 
+async def run_recall(turn: Turn) -> None:
+    # The session's own memory: a forked or reloaded session recalls what its history holds.
+    stored = turn.live.stored
+    stored.seal()
+    prompts = [
+        entry["content"].get("text", "")
+        for entry in stored.history
+        if entry.get("sessionUpdate") == "user_message_chunk" and isinstance(entry.get("content"), dict)
+    ]
+    earlier = prompts[:-1]  # the last is this turn's own prompt
+    if earlier:
+        await turn.say(f"Your previous prompt was: {earlier[-1]}")
+    else:
+        await turn.say("This session has no earlier prompt to recall.")
+
+
 async def run_crash(turn: Turn) -> None:
     await turn.say("Crashing now, as requested.", delay=0)
     turn.crash(3)
@@ -276,6 +292,7 @@ TRIGGERS: dict[str, Script] = {
     "slow": run_slow,
     "crash": run_crash,
     "toolloop": run_toolloop,
+    "recall": run_recall,
 }
 if os.environ.get(SHELL_ENV) == "1":
     TRIGGERS["shell"] = run_shell

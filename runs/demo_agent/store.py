@@ -44,6 +44,9 @@ class StoredSession:
     # Cumulative tokens of all turns; drives the usage_update context gauge.
     context_tokens: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
+    # The session's mode and model (session/set_mode, session/set_model); kept across processes.
+    mode: str = "default"
+    model: str = "demo-small"
 
     def __post_init__(self) -> None:
         # The last entry's text while chunks merge into it, joined by seal(): `+=` on a

@@ -291,6 +291,8 @@ class Turn:
         remembered = self.live.permission_memory.get(memory_key)
         if remembered is not None:
             return remembered == "allow"
+        if memory_key == "write_file" and self.live.stored.mode == "accept_edits":
+            return True  # like Hermes' accept_edits: workspace edits run without asking
         await self.boundary()
         request = self.conn.request_permission(
             session_id=self.session_id,

@@ -14,6 +14,7 @@ import logging
 import time
 from typing import Any, NamedTuple
 
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import InterfaceError, OperationalError
@@ -24,6 +25,7 @@ from projects.models import Session
 from runs import services
 from runs.live.doorbell import tuning
 from runs.live.feed import SessionGone
+from runs.live.outflow import Outflow, TooSlow, watch
 from runs.live.protocol import (
     HEARTBEAT,
     PONG,
@@ -31,20 +33,24 @@ from runs.live.protocol import (
     InvalidSubmit,
     Ping,
     Submit,
+    WatchSessions,
     error_frame,
     parse_client_message,
     refused_frame,
     submitted_frame,
 )
-from runs.live.reads import can_view
+from runs.live.reads import can_view, pooled
 from runs.live.signins import Watched, get_watch
 from runs.live.subscription import Subscription
+from runs.live.user_feed import get_user_hub
 from runs.schemas import SubmitOut
 
 log = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+# The client did not read what was sent (runs.live.outflow): it reconnects with its cursors.
+CLOSE_TOO_SLOW = 4008
 CLOSE_INTERNAL_ERROR = 1011
 
 
@@ -138,6 +144,19 @@ class SessionConsumer(AsyncWebsocketConsumer):
     _authorized = False
     _watched: Watched | None = None
     _subscribes: TokenBucket | None = None
+    outflow: Outflow | None = None
+    _too_slow_task: asyncio.Task[None] | None = None
+    _watching_sessions = False
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        # Channels' own first hops to its one database thread to close old connections, once per
+        # frame; every read here runs through database_sync_to_async, which does that itself. In
+        # a storm of 200 reconnects that hop queued behind the others and held every handshake
+        # past daphne's 5 s (docs/reliability.md, reconnect storm).
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
@@ -147,10 +166,11 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if user is None or not user.is_authenticated:
             await self.close(code=CLOSE_UNAUTHENTICATED)
             return
-        if not await database_sync_to_async(can_view)(user, self.session_id):
+        if not await pooled(can_view)(user, self.session_id):
             await self.close(code=CLOSE_NOT_FOUND)
             return
         self._authorized = True
+        self.outflow = watch(self.base_send)
         # Closed with 4401 within seconds of a logout, password change or deactivation.
         self._watched = Watched(self.scope, self._signed_out)
         await get_watch().add(self._watched)
@@ -178,6 +198,9 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if isinstance(message, Submit):
             await self._submit(message)
             return
+        if isinstance(message, WatchSessions):
+            await self._watch_sessions()
+            return
         if self._subscribes is None:
             self._subscribes = TokenBucket(SUBSCRIBE_BURST, SUBSCRIBE_PER_SECOND)
         wait = self._subscribes.take()
@@ -188,7 +211,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
             return
         # A new subscribe replaces the previous one: its cursors are the client's truth now.
         await self._stop_subscription()
-        self.subscription = Subscription(self.session_id, message.after, self._send_text)
+        self.subscription = Subscription(self.session_id, message.after, self._send_text, self.outflow)
         self._subscription_task = asyncio.ensure_future(self._follow(self.subscription))
 
     async def _submit(self, message: Submit) -> None:
@@ -203,7 +226,15 @@ class SessionConsumer(AsyncWebsocketConsumer):
         if answer.signed_out:
             await self.close(code=CLOSE_UNAUTHENTICATED)
 
+    async def _watch_sessions(self) -> None:
+        # Once per socket: the first answer is a snapshot, then changes (runs.live.user_feed).
+        if not self._watching_sessions:
+            self._watching_sessions = True
+            await get_user_hub().join(self.scope["user"].pk, self._send_text)
+
     async def disconnect(self, code: int) -> None:
+        if self._watching_sessions:
+            await get_user_hub().leave(self.scope["user"].pk, self._send_text)
         if self._heartbeat_task is not None:
             self._heartbeat_task.cancel()
         if self._watched is not None:
@@ -213,6 +244,23 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def _send_text(self, frame: str) -> None:
         await self.send(text_data=frame)
 
+    async def send(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, close: bool = False
+    ) -> None:
+        await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+        outflow = self.outflow
+        # Counted only while the transport holds a backlog: the encode is then worth it.
+        if outflow is None or not outflow.paused or text_data is None:
+            return
+        if not outflow.sent(len(text_data.encode())) and self._too_slow_task is None:
+            self._too_slow_task = asyncio.ensure_future(self._too_slow(outflow.too_slow or ""))
+
+    async def _too_slow(self, reason: str) -> None:
+        log.warning("session %s: the client does not read (%s): closing with 4008", self.session_id, reason)
+        self._authorized = False
+        await self._stop_subscription()
+        await self.close(code=CLOSE_TOO_SLOW)
+
     async def _follow(self, subscription: Subscription) -> None:
         try:
             await subscription.run()
@@ -220,6 +268,10 @@ class SessionConsumer(AsyncWebsocketConsumer):
             raise
         except SessionGone:
             await self.close(code=CLOSE_NOT_FOUND)
+        except TooSlow as exc:
+            log.warning("session %s: the client does not read (%s): closing with 4008", self.session_id, exc)
+            self._authorized = False
+            await self.close(code=CLOSE_TOO_SLOW)
         except Exception:
             # The client reconnects with its cursors: nothing is lost, the journal has it all.
             log.exception("session %s: live subscription failed", self.session_id)
@@ -237,3 +289,35 @@ class SessionConsumer(AsyncWebsocketConsumer):
         while True:
             await asyncio.sleep(heartbeat_seconds())
             await self.send(text_data=HEARTBEAT)
+
+
+class LiveConsumer(SessionConsumer):
+    """`/ws/live/`: a page with no session open (a project, the home page) follows only the
+    user's sessions' states (`sessions` frames), with pings; the session socket does it too."""
+
+    async def connect(self) -> None:
+        user: Any = self.scope.get("user")
+        await self.accept()
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        self._authorized = True
+        self._watched = Watched(self.scope, self._signed_out)
+        await get_watch().add(self._watched)
+        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        if not self._authorized:
+            return
+        try:
+            message = parse_client_message(text_data)
+        except BadRequest as exc:
+            await self.send(text_data=error_frame(exc.code, str(exc)))
+            return
+        if isinstance(message, Ping):
+            await self.send(text_data=PONG)
+        elif isinstance(message, WatchSessions):
+            await self._watch_sessions()
+        else:
+            no_session = "This socket has no session: open /ws/sessions/<id>/."
+            await self.send(text_data=error_frame("bad_request", no_session))

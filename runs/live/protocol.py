@@ -145,13 +145,18 @@ class Ping:
 
 
 @dataclass(frozen=True)
+class WatchSessions:
+    """Follow the live state of all the user's sessions on this socket (`sessions` frames)."""
+
+
+@dataclass(frozen=True)
 class Submit:
     """A message from the composer, as `POST /api/sessions/{id}/messages` takes it (MessageIn)."""
 
     message: MessageIn
 
 
-def parse_client_message(text: str | None) -> Subscribe | Ping | Submit:
+def parse_client_message(text: str | None) -> Subscribe | Ping | Submit | WatchSessions:
     """Validate one client frame; raises BadRequest with a message for the client."""
     if text is None:
         raise BadRequest("frames must be JSON text, not binary")
@@ -168,8 +173,12 @@ def parse_client_message(text: str | None) -> Subscribe | Ping | Submit:
         return Ping()
     if kind == "submit":
         return _parse_submit(message)
+    if kind == "sessions":
+        return WatchSessions()
     if kind != "subscribe":
-        raise BadRequest(f"unknown message type {kind!r}; expected 'subscribe', 'submit' or 'ping'")
+        raise BadRequest(
+            f"unknown message type {kind!r}; expected 'subscribe', 'submit', 'sessions' or 'ping'"
+        )
     return Subscribe(_parse_cursors(message.get("after")))
 
 

@@ -8,11 +8,13 @@ read pages of encoded envelopes (`read_page`); a subscribe resolves its cursors 
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, NamedTuple
 
+import orjson
+from channels.db import database_sync_to_async
 from django.db.models import Count, Max, Q
 
 from intents.models import PendingIntent
@@ -36,24 +38,69 @@ def run_floor(session_id: int) -> int:
     return Run.objects.filter(session_id=session_id).aggregate(top=Max("pk"))["top"] or 0
 
 
+# The `session` frame must stay under daphne's 1 MiB message limit (an oversized frame closes the
+# socket for good), yet up to HERMESWEB_MAX_QUEUED_INTENTS intents of 1 MB each may wait: each text
+# goes out as a preview (the full one is at GET /api/sessions/{id}/intents), and if the frame still
+# exceeds SNAPSHOT_MAX_BYTES the previews shrink, then intents are left out (docs/live-delivery.md).
+SNAPSHOT_MAX_BYTES = 512 * 1024
+INTENT_PREVIEW_CHARS = 2000
+INTENT_SHORT_PREVIEW_CHARS = 200
+
+
 def session_snapshot(session_id: int) -> dict[str, Any] | None:
-    """The `session` frame's body, or None when the session is gone."""
+    """The `session` frame's body, or None when the session is gone; at most SNAPSHOT_MAX_BYTES as JSON."""
     session = Session.objects.select_related("project").filter(pk=session_id).first()
     if session is None:
         return None
     active = Run.objects.filter(session_id=session_id).active().values_list("pk", "status").first()
-    intents = PendingIntent.objects.filter(session_id=session_id).open().order_by("position", "id")
-    return {
+    intents = list(PendingIntent.objects.filter(session_id=session_id).open().order_by("position", "id"))
+    snapshot = {
         "session_id": session.pk,
         "status": session.status,
         "active_run_id": active[0] if active else None,
         "active_run_status": active[1] if active else None,
         "title": session.title,
         "commands": session.commands,
-        "intents": [intent_dict(intent) for intent in intents],
+        # The composer's mode and model pickers (docs/agents.md, "Modes and models").
+        "mode": session.mode,
+        "model": session.model,
+        "modes": session.available_modes,
+        "models": session.available_models,
+        "intents": [intent_preview(intent, INTENT_PREVIEW_CHARS) for intent in intents],
+        "intents_omitted": 0,
         "agent": session.project.agent,
         "running_default": session.project.running_default,
     }
+    return bound_snapshot(snapshot, intents)
+
+
+def intent_preview(intent: PendingIntent, chars: int, *, meta: bool = True) -> dict[str, Any]:
+    """intent_dict with the text cut to `chars` (`truncated`, `text_length` say so); `meta`: keep
+    attachments and source_meta."""
+    preview = intent_dict(intent)
+    preview["text_length"] = len(intent.text)
+    preview["truncated"] = len(intent.text) > chars
+    preview["text"] = intent.text[:chars]
+    if not meta:
+        preview.update(attachments=[], source_meta={}, truncated=True)
+    return preview
+
+
+def _size(snapshot: dict[str, Any]) -> int:
+    return len(orjson.dumps(snapshot))
+
+
+def bound_snapshot(snapshot: dict[str, Any], intents: list[PendingIntent]) -> dict[str, Any]:
+    """Shrink the previews, then leave out the last intents, until the snapshot fits SNAPSHOT_MAX_BYTES."""
+    if _size(snapshot) <= SNAPSHOT_MAX_BYTES:
+        return snapshot
+    snapshot["intents"] = [intent_preview(i, INTENT_SHORT_PREVIEW_CHARS, meta=False) for i in intents]
+    while snapshot["intents"] and _size(snapshot) > SNAPSHOT_MAX_BYTES:
+        # Halving keeps this to a few encodings however many intents there are.
+        keep = len(snapshot["intents"]) // 2
+        snapshot["intents_omitted"] += len(snapshot["intents"]) - keep
+        snapshot["intents"] = snapshot["intents"][:keep]
+    return snapshot
 
 
 @dataclass(frozen=True)
@@ -217,3 +264,13 @@ def plan_subscription(session_id: int, after: dict[int, int], floor_before: int)
         if run_id not in after and (run.is_active or run_id > floor_before):
             plan.cursors[run_id] = 0
     return plan
+
+
+def pooled[T](fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """`fn` in the event loop's thread pool, closing old connections around it as database_sync_to_async does.
+
+    Not in the one thread that database_sync_to_async shares with every socket's handshake
+    (channels' get_user): in a storm of 200 reconnects, the replays queued there held the
+    handshakes past daphne's 5 s (docs/reliability.md, reconnect storm).
+    """
+    return database_sync_to_async(fn, thread_sensitive=False)

@@ -14,8 +14,6 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 
-from channels.db import database_sync_to_async
-
 from runs import journal
 from runs.live.feed import (
     EventsItem,
@@ -28,12 +26,20 @@ from runs.live.feed import (
     SnapshotItem,
     get_hub,
 )
+from runs.live.outflow import Outflow, max_backlog_bytes
 from runs.live.protocol import EventFrame, error_frame, events_frames, socket_frames
-from runs.live.reads import plan_subscription, read_page, run_floor, run_heads
+from runs.live.reads import plan_subscription, pooled, read_page, run_floor, run_heads
 from runs.models import Run
 
 # A subscriber this far behind its feed stops queueing and re-reads the database instead.
 SUBSCRIBER_BACKLOG_MAX = 2000
+
+
+def item_chars(item: Item) -> int:
+    """The characters of the frames an item holds (what a backlog keeps alive)."""
+    if isinstance(item, EventsItem):
+        return sum(len(frame.text) for frame in item.frames)
+    return len(item.text) if isinstance(item, SnapshotItem) else 0
 
 
 class BrokenFeed(RuntimeError):
@@ -44,11 +50,18 @@ class Subscription:
     """One socket's view of a session: a cursor per run, never a seq sent twice."""
 
     def __init__(
-        self, session_id: int, after: dict[int, int], send: Callable[[str], Awaitable[None]]
+        self,
+        session_id: int,
+        after: dict[int, int],
+        send: Callable[[str], Awaitable[None]],
+        outflow: Outflow | None = None,
     ) -> None:
         self.session_id = session_id
         self.after = after
         self._send = send
+        # The socket's unwritten bytes (runs.live.outflow): this task's sends wait for the
+        # client to read, and the feed's skip a socket that has not.
+        self.outflow = outflow
         self.sent: dict[int, int] = {}  # run id → highest seq sent on this socket
         self.followed: set[int] = set()
         self.refused: set[int] = set()
@@ -57,6 +70,9 @@ class Subscription:
         self.generation = 0
         self.snapshot_frame: str | None = None
         self.backlog: deque[Item] = deque()
+        # Its frames' characters: a stalled socket's backlog holds at most a bound of them too.
+        self.backlog_chars = 0
+        self.backlog_max_chars = max_backlog_bytes()
         self.overflowed = False
         self.idle = False  # caught up, nothing queued, waiting for the feed
         self._ready = asyncio.Event()
@@ -67,11 +83,14 @@ class Subscription:
 
     def push(self, item: Item) -> None:
         """Queue an item; never blocks the feed. A subscriber that falls too far behind resyncs."""
-        if len(self.backlog) >= SUBSCRIBER_BACKLOG_MAX:
+        chars = item_chars(item)
+        if len(self.backlog) >= SUBSCRIBER_BACKLOG_MAX or self.backlog_chars + chars > self.backlog_max_chars:
             self.backlog.clear()
+            self.backlog_chars = 0
             self.overflowed = True
         else:
             self.backlog.append(item)
+            self.backlog_chars += chars
         self._ready.set()
 
     async def offer(self, item: EventsItem) -> bool:
@@ -82,14 +101,16 @@ class Subscription:
         """
         if not self.idle or self.backlog or self.overflowed:
             return False
-        run_id, frames = item
+        if self.outflow is not None and not self.outflow.has_room():
+            return False
+        run_id = item.run_id
         if not self._follows(run_id):
             return True  # not a run this socket shows
-        sends = self._sends(run_id, frames)
+        sends = self._sends(item)
         if sends is None:
             return False
         try:
-            await self._send_frames(run_id, sends)
+            await self._send_frames(run_id, sends, paced=False)
         except Exception:
             return False  # its own task meets the same error, and sent[] says what went out
         return True
@@ -106,11 +127,11 @@ class Subscription:
                 await self.hub.leave(feed, self)
 
     async def _run(self) -> None:
-        floor_before = await database_sync_to_async(run_floor)(self.session_id)
+        floor_before = await pooled(run_floor)(self.session_id)
         self.hub = get_hub()
         self.feed = self.hub.join(self.session_id, self)
         await self.hub.ready(self.feed)
-        plan = await database_sync_to_async(plan_subscription)(self.session_id, self.after, floor_before)
+        plan = await pooled(plan_subscription)(self.session_id, self.after, floor_before)
         await self._send_snapshot(await self.feed.snapshot())
         for error in plan.errors:
             await self._send(error)
@@ -138,7 +159,9 @@ class Subscription:
                 self.overflowed = False
                 await self.resync()
                 continue
-            await self.handle(self.backlog.popleft())
+            item = self.backlog.popleft()
+            self.backlog_chars -= item_chars(item)
+            await self.handle(item)
 
     async def handle(self, item: Item) -> None:
         match item:
@@ -164,24 +187,25 @@ class Subscription:
             self.sent[run_id] = 0
         return True
 
-    def _sends(self, run_id: int, frames: list[EventFrame]) -> Sequence[EventFrame] | None:
+    def _sends(self, item: EventsItem) -> Sequence[EventFrame] | None:
         """What this socket sends of a feed batch, as it goes on the wire; None if it does not follow on.
 
         A batch is consecutive and a run's terminal event is its last (the feed's and the journal's
         rules), so the new part is a slice: what this socket's replay sent already is skipped.
         """
+        run_id, frames, wire = item
         skip = self.sent[run_id] + 1 - frames[0].seq
         if skip < 0:
             return None
         if skip == 0:
-            return socket_frames(run_id, frames)
+            return wire or socket_frames(run_id, frames)
         return socket_frames(run_id, frames[skip:]) if skip < len(frames) else ()
 
     async def deliver(self, item: EventsItem) -> None:
-        run_id, frames = item
+        run_id, frames, _ = item
         if not self._follows(run_id):
             return
-        sends = self._sends(run_id, frames)
+        sends = self._sends(item)
         if sends is None:
             raise BrokenFeed(
                 f"session {self.session_id}: run {run_id} batch from seq {frames[0].seq} "
@@ -189,9 +213,15 @@ class Subscription:
             )
         await self._send_frames(run_id, sends)
 
-    async def _send_frames(self, run_id: int, frames: Iterable[EventFrame]) -> None:
-        """Send encoded frames of run_id in order, keeping what was sent up to date."""
+    async def _send_frames(self, run_id: int, frames: Iterable[EventFrame], paced: bool = True) -> None:
+        """Send encoded frames of run_id in order, keeping what was sent up to date.
+
+        `paced`: each waits for the client to have read the previous ones (outflow.TooSlow if it
+        does not); only the feed's offer, which checked first, sends unpaced.
+        """
         for seq, terminal, text in frames:
+            if paced and self.outflow is not None:
+                await self.outflow.room()
             await self._send(text)
             self.sent[run_id] = seq
             if terminal:
@@ -201,7 +231,7 @@ class Subscription:
         """Replay run_id's events after what this socket sent, from the database, in pages."""
         while run_id not in self.done:
             try:
-                page = await database_sync_to_async(read_page)(run_id, self.sent[run_id])
+                page = await pooled(read_page)(run_id, self.sent[run_id])
             except journal.JournalError as exc:
                 self.refused.add(run_id)
                 await self._send(error_frame(exc.code, str(exc), run_id=run_id))
@@ -219,7 +249,7 @@ class Subscription:
         pending = [
             run_id for run_id in self.followed if run_id not in self.done and run_id not in self.refused
         ]
-        heads = await database_sync_to_async(run_heads)(self.session_id, pending, self.floor)
+        heads = await pooled(run_heads)(self.session_id, pending, self.floor)
         for head in heads:
             if self._follows(head.run_id):
                 await self.catch_up(head.run_id)

@@ -32,17 +32,15 @@ from projects.paths import PathRefused, validate_project_location
 from runs.agents import AgentSpec, agent_state_dir, detected_steer
 from runs.runner import sandbox
 from runs.runner.connections import retried
-from runs.runner.stdio import spawn_agent
+from runs.runner.redact_stream import RedactedLog
+from runs.runner.session_config import AgentSessionConfig, record_mode_update, record_opened
+from runs.runner.stdio import AgentDied, StdioTransport, spawn_agent
 from runs.runner.translate import as_dict
 
 log = logging.getLogger(__name__)
 
 INITIALIZE_TIMEOUT = 60.0
 STDIO_LIMIT = 16 * 1024 * 1024
-
-
-class AgentDied(Exception):
-    """The agent process exited (or its pipes closed) while we needed it."""
 
 
 class ProjectPathRefused(Exception):
@@ -153,6 +151,9 @@ class AgentProcess:
         self.loaded: set[str] = set()
         self.loading: set[str] = set()
         self.commands: dict[str, Any] = {}
+        # Agent session id → its modes and models as the agent has them now (session_config.py).
+        self.configs: dict[str, AgentSessionConfig] = {}
+        self.transport: StdioTransport | None = None
         # Agent session id → the commands last written to its Session row from this process.
         self.stored_commands: dict[str, list[dict[str, Any]]] = {}
         self.active = 0
@@ -202,20 +203,25 @@ class AgentProcess:
                 self.project_id,
                 launch.unsandboxed_because,
             )
-        # stderr goes to a file: an unread pipe fills and blocks the agent.
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - lives as long as the process
+        # stderr goes to a file, redacted a line at a time by a thread (an unread pipe would
+        # fill and block the agent).
+        self._log = RedactedLog(self.log_path)
         self._cm = spawn_agent(
             _Client(self),
             launch.command,
             *launch.args,
             env=launch.env,
             cwd=self.cwd,
-            stderr=self._log,
+            stderr=self._log.fd,
             limit=STDIO_LIMIT,
             on_session_update=self.route_update,
+            on_session_opened=lambda session_id, result: record_opened(self.configs, session_id, result),
         )
         self.sandboxed = launch.sandboxed
-        self.conn, self.process = await self._cm.__aenter__()
+        try:
+            self.conn, self.process, self.transport = await self._cm.__aenter__()
+        finally:
+            self._log.close_writer()
         self._watch = asyncio.get_running_loop().create_task(self._wait_exit())
         try:
             response = await asyncio.wait_for(self._initialize(), INITIALIZE_TIMEOUT)
@@ -277,6 +283,8 @@ class AgentProcess:
             kind = update.get("sessionUpdate")
         else:
             kind = getattr(update, "session_update", None)
+        if kind == "current_mode_update":
+            record_mode_update(self.configs, session_id, as_dict(update))
         if kind == "available_commands_update":
             # Often sent during session/new or load, before any run listens: keep the latest.
             self.commands[session_id] = update
@@ -298,6 +306,11 @@ class AgentProcess:
         waiter = asyncio.ensure_future(self.exited.wait())
         try:
             done, _ = await asyncio.wait({task, waiter}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # The caller gave up (a cancel deadline, an abort): drop the request with it, or its
+            # failure when the process is retired is an exception nobody retrieves.
+            task.cancel()
+            raise
         finally:
             waiter.cancel()
         if task in done:
@@ -310,6 +323,12 @@ class AgentProcess:
         if self.exited.is_set():
             raise AgentDied(f"agent {self.spec.name!r} exited (code {self.returncode})")
         raise TimeoutError
+
+    async def raw_request(self, method: str, params: dict[str, Any]) -> Any:
+        """A JSON-RPC request outside the SDK's typed API (`session/set_model`); await it via call()."""
+        if self.transport is None:
+            raise AgentDied(f"agent {self.spec.name!r} is not running")
+        return await self.transport.request(method, params)
 
     @property
     def returncode(self) -> int | None:
@@ -325,7 +344,7 @@ class AgentProcess:
             with contextlib.suppress(ProcessLookupError):
                 self.process.kill()
         if self._log is not None:
-            self._log.close()
+            self._log.close_writer()
             self._log = None
         self.exited.set()
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
+from projects.models import Session
 from runs.models import Run
 from runs.runner import leases
 from runs.runner.leases import ClaimedRun
@@ -31,6 +32,8 @@ class RunContext(ClaimedRun):
     # with `previous_usage_total`, the total the session's previous turn ended with.
     cumulative_usage: bool = False
     previous_usage_total: dict[str, Any] | None = None
+    # The parent's agent session to fork (session/fork) on this forked session's first turn.
+    fork_agent_session_id: str = ""
 
 
 class Claimed(NamedTuple):
@@ -63,7 +66,8 @@ async def aclaim_run(
         return None
     cumulative = _cumulative_usage(claim.run)
     previous = await sync_to_async(_previous_usage_total)(claim.run) if cumulative else None
-    return Claimed(_context(claim.run, cumulative, previous), claim.more)
+    fork = await sync_to_async(_fork_source)(claim.run) if not claim.run.agent_session_id else ""
+    return Claimed(_context(claim.run, cumulative, previous, fork), claim.more)
 
 
 def unstarted_runs(
@@ -77,11 +81,26 @@ def unstarted_runs(
 def run_context(claimed: ClaimedRun) -> RunContext:
     """`claimed` with what executing it needs (a read of the previous turn only if the agent needs it)."""
     cumulative = _cumulative_usage(claimed)
-    return _context(claimed, cumulative, _previous_usage_total(claimed) if cumulative else None)
+    previous = _previous_usage_total(claimed) if cumulative else None
+    fork = _fork_source(claimed) if not claimed.agent_session_id else ""
+    return _context(claimed, cumulative, previous, fork)
 
 
-def _context(claimed: ClaimedRun, cumulative: bool, previous: dict[str, Any] | None) -> RunContext:
-    return RunContext(**vars(claimed), cumulative_usage=cumulative, previous_usage_total=previous)
+def _context(
+    claimed: ClaimedRun, cumulative: bool, previous: dict[str, Any] | None, fork: str = ""
+) -> RunContext:
+    return RunContext(
+        **vars(claimed),
+        cumulative_usage=cumulative,
+        previous_usage_total=previous,
+        fork_agent_session_id=fork,
+    )
+
+
+def _fork_source(claimed: ClaimedRun) -> str:
+    """A session's first turn only: the parent agent session it forks, if it is a fork."""
+    found = Session.objects.filter(pk=claimed.session_id).values_list("fork_agent_session_id", flat=True)
+    return found.first() or ""
 
 
 def _cumulative_usage(claimed: ClaimedRun) -> bool:

@@ -23,11 +23,13 @@ from intents import services as intents
 from runs.controls import record_result
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, EventType, RunStatus
+from runs.runner import prompt_content, session_config
 from runs.runner.agent_requests import AgentRequests
 from runs.runner.agents import AgentDied, AgentProcess, Agents, ProjectPathRefused
 from runs.runner.claims import RunContext
 from runs.runner.connections import retried
-from runs.runner.session_rows import store_agent_session, store_session_meta
+from runs.runner.forking import forked_context
+from runs.runner.session_rows import store_agent_session, store_current_mode, store_session_meta
 from runs.runner.translate import Translator, as_dict, per_turn_usage
 from runs.runner.writer import JournalWriter
 
@@ -166,10 +168,17 @@ class RunExecution:
         if self.cancel_requested.is_set():
             await self._finish_cancelled("cancelled before the prompt was sent")
             return
+        # The session's chosen mode and model reach the agent before its turn (session_config.py).
+        refused = await session_config.prepare_turn(self.process, self.agent_session_id, self.context)
+        if refused is not None:
+            await self._fail(refused.code, refused.message)
+            return
         await self._prompt()
 
     async def _open_session(self) -> None:
         assert self.process is not None
+        if self.context.fork_agent_session_id:  # a fork's first turn: session/fork (runs/runner/forking.py)
+            self.context = await forked_context(self.process, self.context, self.writer)
         process, sid = self.process, self.context.agent_session_id
         if sid and sid in process.loaded:
             self.agent_session_id = sid
@@ -205,9 +214,8 @@ class RunExecution:
     async def _prompt(self) -> None:
         assert self.process is not None
         process = self.process
-        prompt = process.conn.prompt(
-            session_id=self.agent_session_id, prompt=[acp.text_block(self.context.prompt_text)]
-        )
+        blocks = await prompt_content.prompt_blocks(self.context, process.capabilities)
+        prompt = process.conn.prompt(session_id=self.agent_session_id, prompt=blocks)
         task = asyncio.ensure_future(process.call(prompt))
         task.add_done_callback(self._turn_over)
         self.prompt_sent.set()
@@ -341,6 +349,12 @@ class RunExecution:
         events = self.translator.translate(data)
         if events:
             self.writer.add(events)
+        if data.get("sessionUpdate") == "current_mode_update" and data.get("currentModeId"):
+            # The agent switched mode itself: the session's mode follows (session_config.py), in
+            # the journal's order, so before this turn ends and the next one's claim reads it.
+            mode, session_id = str(data["currentModeId"]), self.context.session_id
+            shown = NewEvent(EventType.PROGRESS, {"text": f"The agent switched to mode {mode}."})
+            self._spawn(self.writer.flush([shown], also=lambda: store_current_mode(session_id, mode)))
         if data.get("sessionUpdate") == "available_commands_update":
             commands = self._new_commands()
             if commands is not None:

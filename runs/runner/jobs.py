@@ -43,6 +43,7 @@ from runs.models import AgentJobKind
 from runs.runner.agents import AgentDied, AgentProcess, Agents, ProjectPathRefused
 from runs.runner.coalesce import merged
 from runs.runner.connections import revived
+from runs.runner.redact_stream import guarded
 from runs.runner.translate import Translator, as_dict, text_of
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ def turn_body(turn: ReplayedTurn) -> list[NewEvent]:
     for update in turn.updates:
         body += translator.translate(update)
     body += translator.finish()
-    return merged(body, MERGE_LIMIT)
+    return merged(guarded(body), MERGE_LIMIT)  # rows cut only where no secret runs across
 
 
 def imported_history(split: SplitHistory) -> ImportedHistory:

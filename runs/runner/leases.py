@@ -10,10 +10,11 @@ claimed row is added in runs/runner/claims.py.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -94,6 +95,8 @@ class ClaimedRun:
     # The run's journal as claimed: its writer tells from it whether a write whose answer
     # was lost committed (runs.runner.writer, "exactly once").
     last_seq: int
+    # The run's attachments as stored, [{id, name, mime_type, size}] (runs.runner.prompt_content).
+    attachments: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def of(cls, run: Run) -> ClaimedRun:
@@ -111,6 +114,7 @@ class ClaimedRun:
             project.path,
             project.agent,
             run.last_seq,
+            run.attachments,
         )
 
 
@@ -177,7 +181,10 @@ def _claim_result(row: tuple[Any, ...] | None) -> Claim:
     # The statement's columns are ClaimedRun's fields in order, then the count of `next`.
     if row is None:
         return NOTHING
-    return Claim(ClaimedRun(*row[:-1]), row[-1] > 1)
+    *columns, attachments, count = row
+    # jsonb: Django's connection reads it as text, the runner's own psycopg one as a list.
+    attachments = json.loads(attachments) if isinstance(attachments, str) else attachments
+    return Claim(ClaimedRun(*columns, attachments), count > 1)
 
 
 @lru_cache(maxsize=1)
@@ -192,9 +199,9 @@ def _claim_statement() -> str:
         "ORDER BY created_at, id LIMIT 2 FOR UPDATE SKIP LOCKED), "
         f"claimed AS (UPDATE {run} SET status = %s, lease_owner = %s, lease_expires_at = %s, "
         "started_at = %s WHERE id = (SELECT id FROM next ORDER BY created_at, id LIMIT 1) "
-        "AND status = %s RETURNING id, source, prompt_text, session_id, last_seq) "
+        "AND status = %s RETURNING id, source, prompt_text, session_id, last_seq, attachments) "
         "SELECT c.id, c.source, c.prompt_text, s.id, s.agent_session_id, s.model, s.mode, "
-        "p.id, p.name, p.path, p.agent, c.last_seq, (SELECT count(*) FROM next) "
+        "p.id, p.name, p.path, p.agent, c.last_seq, c.attachments, (SELECT count(*) FROM next) "
         f"FROM claimed c JOIN {session} s ON s.id = c.session_id JOIN {project} p ON p.id = s.project_id"
     )
 

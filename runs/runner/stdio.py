@@ -13,12 +13,18 @@ the agent's JSON, in the order they were read, so every update is routed before 
 SDK sees the answer that follows it (the SDK needs a tracker for that). Requests,
 responses and every other notification go to the SDK as before. Spawning and the
 defensive shutdown (stdin closed, then terminate, then kill) stay the SDK's.
+
+Two things the typed SDK (0.12) cannot do go through here too (runs/runner/session_config.py):
+`request()` sends a raw JSON-RPC request (`session/set_model`, which 0.12 dropped) under ids
+of its own, and the raw answers to the session-opening requests reach `on_session_opened`
+before the SDK validates them (its models drop the `models` field Hermes sends).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -33,6 +39,14 @@ from runs.redaction import redact_text
 log = logging.getLogger(__name__)
 
 SessionUpdateHandler = Callable[[str, dict[str, Any]], None]
+SessionOpenedHandler = Callable[[str, dict[str, Any]], None]
+# Requests whose answers describe a session (its modes, models): session id → the raw answer.
+SESSION_OPENING = frozenset({"session/new", "session/load", "session/fork", "session/resume"})
+RAW_ID_PREFIX = "hermesweb-"  # string ids: never an id the SDK's integer counter hands out
+
+
+class AgentDied(Exception):
+    """The agent process exited (or its pipes closed) while we needed it."""
 
 
 class StdioTransport:
@@ -43,13 +57,34 @@ class StdioTransport:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         on_session_update: SessionUpdateHandler | None = None,
+        on_session_opened: SessionOpenedHandler | None = None,
     ) -> None:
         self._reader = reader
         self._writer = writer
         self._send_lock = asyncio.Lock()
         self._on_session_update = on_session_update
+        self._on_session_opened = on_session_opened
+        self._opening: dict[Any, str] = {}  # request id → the session id it names ("" for new)
+        self._raw: dict[str, asyncio.Future[Any]] = {}
+        self._raw_ids = itertools.count(1)
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        """A JSON-RPC request the SDK's typed API lacks; its `result`, or acp.RequestError."""
+        request_id = f"{RAW_ID_PREFIX}{next(self._raw_ids)}"
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._raw[request_id] = answer
+        try:
+            await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
+            return await answer
+        finally:
+            self._raw.pop(request_id, None)
 
     async def send(self, message: dict[str, Any]) -> None:
+        if message.get("method") in SESSION_OPENING and "id" in message and self._on_session_opened:
+            params = message.get("params")
+            self._opening[message["id"]] = (
+                str(params.get("sessionId") or "") if isinstance(params, dict) else ""
+            )
         try:
             data = orjson.dumps(message)
         except TypeError:  # what orjson will not encode (ints past 64 bits …), json will
@@ -63,6 +98,7 @@ class StdioTransport:
         while True:
             line = await self._read_line()
             if line is None:
+                self._fail_raw()
                 return None
             line = line.strip()
             if not line:
@@ -74,8 +110,43 @@ class StdioTransport:
                 continue
             if not isinstance(message, dict):
                 log.error("agent sent JSON that is not a JSON-RPC message: %r", _snippet(line))
+            elif "method" not in message and self._took_response(message):
+                continue
             elif not self._took_session_update(message):
                 return message
+
+    def _took_response(self, message: dict[str, Any]) -> bool:
+        """A raw request's answer (taken: the SDK never sent it); a session-opening answer is seen."""
+        request_id = message.get("id")
+        answer = self._raw.pop(request_id, None) if isinstance(request_id, str) else None
+        if answer is not None:
+            if answer.done():
+                return True
+            error = message.get("error")
+            if isinstance(error, dict):
+                answer.set_exception(
+                    acp.RequestError(
+                        int(error.get("code", -32603)), str(error.get("message", "")), error.get("data")
+                    )
+                )
+            else:
+                answer.set_result(message.get("result"))
+            return True
+        named = self._opening.pop(request_id, None) if request_id is not None else None
+        result = message.get("result")
+        if named is not None and isinstance(result, dict) and self._on_session_opened is not None:
+            session_id = str(result.get("sessionId") or named)
+            if session_id:
+                try:
+                    self._on_session_opened(session_id, result)
+                except Exception:
+                    log.exception("session-opened handler failed for session %s", session_id)
+        return False
+
+    def _fail_raw(self) -> None:
+        for answer in self._raw.values():
+            if not answer.done():
+                answer.set_exception(ConnectionError("the agent closed its output"))
 
     def _took_session_update(self, message: dict[str, Any]) -> bool:
         if self._on_session_update is None or message.get("method") != "session/update" or "id" in message:
@@ -126,16 +197,17 @@ async def spawn_agent(
     stderr: Any,
     limit: int,
     on_session_update: SessionUpdateHandler | None = None,
-) -> AsyncIterator[tuple[acp.ClientSideConnection, asyncio.subprocess.Process]]:
-    """Like `acp.spawn_agent_process`, on StdioTransport."""
+    on_session_opened: SessionOpenedHandler | None = None,
+) -> AsyncIterator[tuple[acp.ClientSideConnection, asyncio.subprocess.Process, StdioTransport]]:
+    """Like `acp.spawn_agent_process`, on StdioTransport (also yielded: for its raw requests)."""
     async with spawn_stdio_transport(command, *args, env=env, cwd=cwd, stderr=stderr, limit=limit) as (
         reader,
         writer,
         process,
     ):
-        transport = StdioTransport(reader, writer, on_session_update)
+        transport = StdioTransport(reader, writer, on_session_update, on_session_opened)
         conn = acp.connect_to_agent(client, transport, use_unstable_protocol=True)
         try:
-            yield conn, process
+            yield conn, process, transport
         finally:
             await conn.close()

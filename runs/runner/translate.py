@@ -14,6 +14,7 @@ from acp import schema
 
 from runs.journal import NewEvent
 from runs.models import EventType
+from runs.redaction import redact_text
 
 # Tool output kept in the journal per update: enough for a card, not a log file.
 MAX_TOOL_TEXT = 64 * 1024
@@ -63,6 +64,8 @@ def _tool_content(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
         kind = item.get("type")
         if kind == "content":
             text = text_of(item.get("content"))
+            if len(text) > MAX_TOOL_TEXT:
+                text = redact_text(text)  # before the cut, which could leave half a secret unmasked
             if len(text) > MAX_TOOL_TEXT:
                 text = text[:MAX_TOOL_TEXT] + f"\n… [{len(text) - MAX_TOOL_TEXT} characters truncated]"
             out.append({"type": "text", "text": text})

@@ -3,6 +3,10 @@
 Design note: docs/runner.md ("The package", "Losing the database"); docs/journal.md
 ("Writes the database did not answer").
 
+Deltas first pass a DeltaGuard (runs/runner/redact_stream.py), which holds back a stream's
+tail while it could still be the start of a secret, so no row boundary splits one (the
+journal redacts row by row; docs/security.md, "Redaction").
+
 Token and reasoning deltas of one segment merge (runs/runner/coalesce.py) for up to
 HERMESWEB_COALESCE_MS, or MAX_COALESCED_CHARS, so a fast model costs a row per window,
 not per token. Any other event flushes what is buffered first, in one transaction, so the
@@ -43,6 +47,7 @@ from runs.journal import NewEvent
 from runs.models import JournalEvent
 from runs.runner.coalesce import Coalescer
 from runs.runner.connections import LoopConnection, Retrying, revive, revived
+from runs.runner.redact_stream import DeltaGuard
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +71,36 @@ def in_db_thread[**P, R](func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     return sync_to_async(func, thread_sensitive=False, executor=db_threads)
 
 
+# Events that change what the owner's sidebar shows of the session (runs.live.user_states).
+SIDEBAR_EVENTS = frozenset(
+    {
+        "run.started",
+        "status",
+        "approval.requested",
+        "approval.resolved",
+        "clarify.requested",
+        "clarify.resolved",
+        "title.updated",
+        "done",
+    }
+)
+
+
+def changes_sidebar(batch: Sequence[NewEvent]) -> bool:
+    return any(event.type in SIDEBAR_EVENTS for event in batch)
+
+
+async def ring_owners(session_ids: set[int]) -> None:
+    """After commit: the sessions' owners' sockets read their sessions' states again."""
+    try:
+        owners = await in_db_thread(notify.session_owners)(session_ids)
+    except (OperationalError, InterfaceError):
+        # A doorbell, not the truth: the next ring or the web's poll brings the state.
+        log.warning("sessions %s: the owners' doorbell was not rung", sorted(session_ids), exc_info=True)
+        return
+    await notify.apublish_user_sessions_changed(owners)
+
+
 class Written(NamedTuple):
     """A journal write's answer."""
 
@@ -85,6 +120,8 @@ class JournalWriter:
         self.last_seq = last_seq
         self.window = (settings.HERMESWEB_COALESCE_MS if window_ms is None else window_ms) / 1000.0
         self.buffer = Coalescer(MAX_COALESCED_CHARS)
+        # Deltas cut back where a secret could run on into the next one (docs/security.md).
+        self.guard = DeltaGuard()
         self._lock = asyncio.Lock()
         self._timer: asyncio.TimerHandle | None = None
         self._pending: set[asyncio.Task[Any]] = set()
@@ -99,7 +136,7 @@ class JournalWriter:
         """Buffer events; schedules the flush. Never blocks the agent's reader."""
         if self.closed:
             return
-        urgent = self.buffer.add(events)
+        urgent = self.buffer.add(self.guard.feed(events))
         if urgent or self.buffer.delta_chars >= MAX_COALESCED_CHARS or self.window == 0:
             self._schedule(0)
         elif self._timer is None and self.buffer.events and not self._flush_queued:
@@ -141,6 +178,8 @@ class JournalWriter:
         atomically with the event that shows it.
         """
         async with self._lock:
+            if extra:  # events that follow the tail a delta stream holds back
+                self.buffer.add(self.guard.release())
             batch = self._take() + list(extra)
             if not batch:
                 return []
@@ -161,6 +200,8 @@ class JournalWriter:
                 await notify.apublish_events(
                     written.session_id, self.run_id, journal.envelopes(written.rows, written.session_id)
                 )
+                if run_updates or changes_sidebar(batch):
+                    await ring_owners({written.session_id})
             return written.rows
 
     def _take(self) -> list[NewEvent]:
@@ -178,6 +219,7 @@ class JournalWriter:
         """Write the buffer and the final events (ending with `done`) and hand the session on."""
         async with self._lock:
             self.closed = True
+            self.buffer.add(self.guard.release())
             batch = self._take() + list(final)
             finish_run = sync_to_async(revived(turns.finish_run))
 
@@ -389,6 +431,13 @@ class GroupCommit:
                         if not isinstance(result, BaseException) and result.to_publish and result.rows
                     ]
                 )
+                rung = {
+                    result.session_id
+                    for (_, batch, _), result in zip(group, results, strict=True)
+                    if not isinstance(result, BaseException) and result.to_publish and changes_sidebar(batch)
+                }
+                if rung:
+                    await ring_owners(rung)
                 for (_, _, future), result in zip(group, results, strict=True):
                     if future.done():
                         continue  # its flush was cancelled; the rows are written all the same

@@ -79,13 +79,15 @@ export const api = {
   session: (id) => request('GET', `/sessions/${id}`),
   updateSession: (id, body) => request('PATCH', `/sessions/${id}`, body),
   deleteSession: (id) => request('DELETE', `/sessions/${id}`),
+  forkSession: (id) => request('POST', `/sessions/${id}/fork`),
   workflows: (projectId) => request('GET', `/projects/${projectId}/workflows`),
   launchWorkflow: (id, body) => request('POST', `/workflows/${id}/launch`, body),
   createWorkflow: (projectId, body) => request('POST', `/projects/${projectId}/workflows`, body),
   updateWorkflow: (id, body) => request('PATCH', `/workflows/${id}`, body),
   deleteWorkflow: (id) => request('DELETE', `/workflows/${id}`),
   submitMessage: (sessionId, body) => request('POST', `/sessions/${sessionId}/messages`, body),
-  transcript: (sessionId) => request('GET', `/sessions/${sessionId}/transcript`),
+  // The newest page of turns, or the page before run `before` (`has_more`: older ones exist).
+  transcript: (sessionId, before = null) => request('GET', `/sessions/${sessionId}/transcript${before ? `?before=${before}` : ''}`),
   search: (q, page = 1) => request('GET', `/search?q=${enc(q)}&page=${page}`),
   run: (id) => request('GET', `/runs/${id}`),
   runEvents: (id, afterSeq, limit = 500) => request('GET', `/runs/${id}/events?after_seq=${afterSeq}&limit=${limit}`),
@@ -107,10 +109,11 @@ export const api = {
 
 // Rendered, sanitized markdown of settled turns (hermesweb/views.py), parsed
 // into an inert document: nothing in it runs, and only its `.md` blocks are used.
-// `runIds` null: every settled run of the session.
-export async function fetchFragments(sessionId, runIds) {
+// `runIds` null: the settled runs of the transcript's page (the newest, or the one before run `before`).
+// A run too large to render comes back as an empty section marked `data-too-large`.
+export async function fetchFragments(sessionId, runIds, before = null) {
   if (runIds && !runIds.length) return new Map();
-  const query = runIds ? `?runs=${runIds.join(',')}` : '';
+  const query = runIds ? `?runs=${runIds.join(',')}` : before ? `?before=${before}` : '';
   let response;
   try {
     response = await fetch(`/sessions/${sessionId}/fragment${query}`, { credentials: 'same-origin' });

@@ -1,7 +1,9 @@
 // The composer: Enter sends, Shift+Enter breaks the line; while a run is active
 // a Queue/Steer choice (defaulting to the project's running_default) and Stop;
-// a slash-command palette from the agent's advertised commands.
+// a slash-command palette from the agent's advertised commands; attachments (a button,
+// paste, drag and drop) on a session's page (attachments.js).
 
+import { AttachmentTray, filesOf } from './attachments.js';
 import { h } from './dom.js';
 
 export class Composer {
@@ -33,6 +35,7 @@ export class Composer {
     this.lockButton = root.querySelector('[data-role=lock-action]');
     this.lockButton.addEventListener('click', () => this.unlock());
     this.modeButtons = [...this.modeBox.querySelectorAll('button[data-mode]')];
+    this.setUpAttachments();
 
     this.textarea.addEventListener('keydown', (event) => this.onKey(event));
     this.textarea.addEventListener('input', () => {
@@ -47,6 +50,49 @@ export class Composer {
     this.stopButton.addEventListener('click', () => this.onStop());
     for (const button of this.modeButtons) button.addEventListener('click', () => this.setMode(button.dataset.mode));
     this.render();
+  }
+
+  // Files can be attached once there is a session to upload them to.
+  enableAttachments(sessionId) {
+    this.tray.enable(sessionId);
+  }
+
+  setUpAttachments() {
+    this.attachButton = this.root.querySelector('[data-role=attach]');
+    this.fileInput = this.root.querySelector('[data-role=file-input]');
+    this.tray = new AttachmentTray(this.root.querySelector('[data-role=attachments]'), { onChange: () => this.render() });
+    this.attachButton.addEventListener('click', () => this.fileInput.click());
+    this.fileInput.addEventListener('change', () => {
+      this.tray.add([...this.fileInput.files]);
+      this.fileInput.value = '';
+      this.textarea.focus();
+    });
+    this.textarea.addEventListener('paste', (event) => {
+      const files = filesOf(event.clipboardData);
+      if (!files.length || !this.canAttach()) return;
+      event.preventDefault();
+      this.tray.add(files);
+    });
+    const carriesFiles = (event) => [...(event.dataTransfer?.types || [])].includes('Files');
+    this.root.addEventListener('dragover', (event) => {
+      if (!carriesFiles(event) || !this.canAttach()) return;
+      event.preventDefault();
+      this.root.dataset.dropping = 'true';
+    });
+    this.root.addEventListener('dragleave', (event) => {
+      if (!this.root.contains(event.relatedTarget)) delete this.root.dataset.dropping;
+    });
+    this.root.addEventListener('drop', (event) => {
+      delete this.root.dataset.dropping;
+      const files = filesOf(event.dataTransfer);
+      if (!files.length || !this.canAttach()) return;
+      event.preventDefault();
+      this.tray.add(files);
+    });
+  }
+
+  canAttach() {
+    return this.tray.enabled && !this.disabledReason && !this.lock;
   }
 
   setDefaultMode(mode) {
@@ -120,7 +166,10 @@ export class Composer {
     this.row.hidden = !!this.lock;
     this.root.dataset.locked = this.lock ? this.lock.kind || 'locked' : '';
     this.textarea.disabled = !!this.disabledReason || !!this.lock;
-    this.sendButton.disabled = !!this.disabledReason || !!this.lock;
+    // Uploads still running: the message waits for them (their ids are not known yet).
+    this.sendButton.disabled = !!this.disabledReason || !!this.lock || this.tray.busy;
+    this.attachButton.hidden = !this.tray.enabled;
+    this.attachButton.disabled = !this.canAttach();
     this.textarea.placeholder = this.disabledReason
       ? this.disabledReason
       : this.active
@@ -165,14 +214,16 @@ export class Composer {
 
   submit() {
     const text = this.textarea.value;
-    if (!text.trim() || this.disabledReason || this.lock) return;
+    if (!text.trim() || this.disabledReason || this.lock || this.tray.busy) return;
     const mode = this.active ? this.mode : 'auto';
+    const attachments = this.tray.ready();
     this.textarea.value = '';
     this.autosize();
     this.closePalette();
+    this.tray.clear();
     this.mode = this.defaultMode;
     this.render();
-    this.onSend(text, mode);
+    this.onSend(text, mode, attachments);
   }
 
   focus() {

@@ -5,6 +5,7 @@
 // or sent with Stop-and-send. A steer on its way and a stop-and-send in flight
 // are shown without edit controls: they can no longer be taken back.
 
+import { api } from './api.js';
 import { h } from './dom.js';
 
 export class IntentsPanel {
@@ -97,7 +98,7 @@ export class IntentsPanel {
       'div',
       { class: 'intent-card', dataset: { intentId: String(intent.id), kind: intent.kind, state: intent.state } },
       h('div', { class: 'intent-head' }, h('span', { class: 'badge badge-stop', text: 'Stop-and-send' }), h('span', { class: 'intent-state', text: 'stopping the current run; this goes next' })),
-      h('div', { class: 'intent-text', text: intent.text }),
+      h('div', { class: 'intent-text', text: previewText(intent) }),
       this.message(intent),
     );
   }
@@ -107,9 +108,33 @@ export class IntentsPanel {
       'div',
       { class: 'intent-card', dataset: { intentId: String(intent.id), kind: intent.kind, state: intent.state } },
       h('div', { class: 'intent-head' }, h('span', { class: 'badge badge-steer', text: 'Steer' }), h('span', { class: 'intent-state', text: 'delivering to the running agent…' })),
-      h('div', { class: 'intent-text', text: intent.text }),
+      h('div', { class: 'intent-text', text: previewText(intent) }),
       this.message(intent),
     );
+  }
+
+  // The socket's snapshot carries a preview of a long message (docs/live-delivery.md): edit the whole text.
+  async startEdit(intent) {
+    let text = intent.text;
+    if (intent.truncated) {
+      this.busy.add(intent.id);
+      this.render();
+      try {
+        text = (await api.intents(intent.session_id)).find((i) => i.id === intent.id)?.text;
+      } catch {
+        text = undefined;
+      } finally {
+        this.busy.delete(intent.id);
+      }
+      if (text === undefined) {
+        this.messages.set(intent.id, 'Could not load the whole message; try again.');
+        this.render();
+        return;
+      }
+    }
+    this.drafts.set(intent.id, text);
+    this.render();
+    this.el.querySelector(`[data-focus-key="edit:${intent.id}"]`)?.focus();
   }
 
   renderQueued(intent, index, count) {
@@ -158,7 +183,7 @@ export class IntentsPanel {
             }
           },
         })
-      : h('div', { class: 'intent-text', text: intent.text });
+      : h('div', { class: 'intent-text', text: previewText(intent) });
     const button = (label, action, props = {}) =>
       h('button', { type: 'button', class: `btn small ${props.class || ''}`, disabled: busy || props.disabled, title: props.title, 'aria-label': props.label, dataset: { action, focusKey: `${action}:${id}` }, text: label, onclick: props.onclick || run(action, props.extra) });
     const actions = editing
@@ -166,7 +191,7 @@ export class IntentsPanel {
       : [
           button('↑', 'up', { disabled: index === 0, label: 'Move up', title: 'Move up', extra: { position: index - 1 } }),
           button('↓', 'down', { disabled: index === count - 1, label: 'Move down', title: 'Move down', extra: { position: index + 1 } }),
-          button('Edit', 'edit-start', { onclick: () => (this.drafts.set(id, intent.text), this.render(), this.el.querySelector(`[data-focus-key="edit:${id}"]`)?.focus()) }),
+          button('Edit', 'edit-start', { onclick: () => this.startEdit(intent) }),
           button('Delete', 'delete', { class: 'danger-text' }),
           button('Steer', 'steer', { disabled: !canSteer, title: 'Deliver to the running agent now (cannot be undone)' }),
           button('Stop & send', 'stop-and-send', { class: 'danger', title: 'Cancel the current run and send this message next' }),
@@ -186,4 +211,8 @@ export class IntentsPanel {
       h('div', { class: 'intent-actions' }, actions),
     );
   }
+}
+
+function previewText(intent) {
+  return intent.truncated ? `${intent.text}… (${intent.text_length.toLocaleString()} characters)` : intent.text;
 }

@@ -7,11 +7,14 @@ import { setDiffRoot } from './diff.js';
 import { uuid } from './dom.js';
 import { IntentsPanel } from './intents.js';
 import { installKeyMap, showKeyMap } from './keys.js';
-import { askPermissionOnce } from './notify.js';
+import { showWaiting } from './favicon.js';
+import { askPermissionOnce, Notifier, notifyToggle } from './notify.js';
 import { outbox } from './outbox.js';
+import { Pickers } from './pickers.js';
 import { SearchPanel } from './search.js';
 import { SessionController } from './session.js';
-import { alertDialog, Sidebar } from './sidebar.js';
+import { alertDialog, Sidebar, waitingCount } from './sidebar.js';
+import { SessionSocket } from './socket.js';
 import { StatusLine } from './status.js';
 import { themeToggle } from './theme.js';
 
@@ -24,6 +27,19 @@ const sidebar = new Sidebar(document.getElementById('sidebar'), data, {
   currentSessionId: data.session?.id ?? null,
   onDeletedCurrent: () => location.assign(data.project ? `/projects/${data.project.id}/` : '/'),
 });
+
+// Every session's live state over the tab's socket (`sessions` frames): the sidebar, the tab's
+// title and favicon (how many wait on the user), and notifications for the other sessions.
+const notifier = new Notifier({ currentSessionId: data.session?.id ?? null });
+notifyToggle(document.querySelector('[data-role=notify-toggle]'));
+document.addEventListener('hermesweb:sessions', (event) => {
+  const { prev, changed, first } = sidebar.applyStates(event.detail);
+  showWaiting(waitingCount(sidebar.states));
+  notifier.changed(prev, changed, first);
+});
+
+// No session open: the tab's socket follows only the user's sessions' states (/ws/live/).
+if (!data.session) new SessionSocket({ sessionId: null, onState: () => {}, onError: () => {} }).start();
 
 // Narrow screens: the sidebar is a drawer.
 const setNav = (open) => root.classList.toggle('nav-open', open);
@@ -59,7 +75,7 @@ document.addEventListener('hermesweb:project-updated', (event) => {
 });
 const status = new StatusLine($('status'), { onRetry: () => controller?.socket?.reconnectNow() });
 const composer = new Composer($('composer'), {
-  onSend: (text, mode) => (controller ? controller.send(text, mode) : startSession(text)),
+  onSend: (text, mode, attachments) => (controller ? controller.send(text, mode, attachments) : startSession(text)),
   onStop: () => controller?.stop(),
 });
 
@@ -74,6 +90,14 @@ if (data.session) {
     sidebar,
   });
   window.hermesweb = controller; // for debugging from the console
+  composer.enableAttachments(data.session.id);
+  // The mode and model pickers follow the session's live snapshot (the agent reports its modes).
+  const pickers = new Pickers($('pickers'), data.session);
+  const onSession = controller.onSession.bind(controller);
+  controller.onSession = (snapshot) => {
+    onSession(snapshot);
+    pickers.apply(snapshot);
+  };
   $('prev-turn').addEventListener('click', () => controller.jump(-1));
   $('next-turn').addEventListener('click', () => controller.jump(1));
   controller.start();

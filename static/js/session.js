@@ -9,8 +9,9 @@
 
 import { api, ApiError, fetchFragments, NetworkError, toLogin } from './api.js';
 import { composerLock } from './archive.js';
+import { renderAttachmentList } from './attachments.js';
 import { h, uuid } from './dom.js';
-import { askPermissionOnce, notifyIfHidden } from './notify.js';
+import { askPermissionOnce } from './notify.js';
 import { outbox } from './outbox.js';
 import { emptyState } from './runstate.js';
 import { sessionTitle } from './sidebar.js';
@@ -41,6 +42,11 @@ export class SessionController {
     this.lastPoll = 0;
     this.agentTitle = null;
     this.lockKind = null;
+    // The transcript comes a page at a time, newest first (docs/ui.md, "Long sessions"):
+    // `before` is the cursor of the next older page, `loading` the request under way.
+    this.earlier = { before: null, hasMore: false, loading: null, failed: false };
+    this.earlierEl = this.buildEarlier();
+    els.transcript.prepend(this.earlierEl);
     this.handlers = {
       approve: (view, item, option) => this.approve(view, item, option),
       clarify: (view, item, answer) => this.clarify(view, item, answer),
@@ -50,6 +56,8 @@ export class SessionController {
     // Follow the stream only while the reader is at the bottom; a reader who scrolled up stays put.
     this.stick = true;
     els.scroller.addEventListener('scroll', () => (this.stick = this.atBottom()), { passive: true });
+    // Scrolling up to the top reads the next older page, as the button does.
+    els.scroller.addEventListener('scroll', () => els.scroller.scrollTop < 80 && this.loadEarlier(), { passive: true });
     composer.setDefaultMode(this.project?.running_default);
     composer.setCommands(this.session.commands || []);
     document.addEventListener('hermesweb:session-renamed', (event) => {
@@ -113,7 +121,10 @@ export class SessionController {
       api.transcript(this.sessionId),
       withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : Promise.resolve(new Map()),
     ]);
-    if (replace) {
+    // More turns than a page began while we were away: the newest page does not reach ours, start over from it.
+    const gap = transcript.has_more && this.turns.size > 0 && !transcript.turns.some((turn) => this.turns.has(turn.run_id));
+    if (initial || replace || gap) this.setEarlier(transcript);
+    if (replace || gap) {
       for (const view of this.turns.values()) view.el.remove();
       this.turns.clear();
     }
@@ -125,14 +136,7 @@ export class SessionController {
         this.repair(view);
       }
     }
-    for (const [runId, section] of fragments) {
-      const view = this.turns.get(runId);
-      if (view && view.terminal && Number(section.dataset.lastSeq) === view.lastSeq) {
-        view.applyFragment(section);
-        view.el.dataset.rendered = 'true';
-        this.needsFragment.delete(runId);
-      }
-    }
+    this.applyFragments(fragments);
     this.session.title = transcript.title;
     this.session.status = transcript.status;
     this.session.active_run_id = transcript.active_run_id;
@@ -141,6 +145,89 @@ export class SessionController {
     this.requestFragments();
     this.refresh();
     this.scrollToBottom(initial || replace);
+  }
+
+  // Apply rendered turns; how many turns were settled by it (rendered, or found too large to).
+  applyFragments(sections) {
+    let settled = 0;
+    for (const [runId, section] of sections) {
+      const view = this.turns.get(runId);
+      if (!view) continue;
+      if (section.hasAttribute('data-too-large')) {
+        // Too large to render in one answer: the turn keeps its plain text.
+        view.el.dataset.rendered = 'plain';
+        this.needsFragment.delete(runId);
+        settled += 1;
+      } else if (view.terminal && Number(section.dataset.lastSeq) === view.lastSeq) {
+        view.applyFragment(section);
+        view.el.dataset.rendered = 'true';
+        this.needsFragment.delete(runId);
+        settled += 1;
+      }
+    }
+    return settled;
+  }
+
+  // ---------------------------------------------------------------- earlier turns
+
+  buildEarlier() {
+    this.earlierButton = h('button', { type: 'button', class: 'btn', text: 'Load earlier turns', onclick: () => this.loadEarlier() });
+    this.earlierNote = h('span', { class: 'load-earlier-note', role: 'status' });
+    return h('div', { class: 'load-earlier', hidden: true }, this.earlierButton, this.earlierNote);
+  }
+
+  setEarlier(page) {
+    this.earlier.hasMore = Boolean(page.has_more);
+    this.earlier.before = page.before ?? null;
+    this.renderEarlier();
+  }
+
+  renderEarlier() {
+    const { hasMore, loading, failed } = this.earlier;
+    // The note stays once the last page came, so a screen reader hears how many turns arrived.
+    this.earlierButton.hidden = !hasMore;
+    this.earlierEl.hidden = !hasMore && !this.earlierNote.textContent;
+    // Busy, not disabled: a keyboard user's focus stays on it while the page comes.
+    this.earlierButton.setAttribute('aria-busy', loading ? 'true' : 'false');
+    this.earlierButton.textContent = loading ? 'Loading earlier turns…' : failed ? 'Try again: load earlier turns' : 'Load earlier turns';
+  }
+
+  // The next older page of turns, put above the first one without moving what the reader sees.
+  loadEarlier() {
+    if (this.earlier.loading) return this.earlier.loading;
+    if (!this.earlier.hasMore) return Promise.resolve();
+    const before = this.earlier.before;
+    const hadFocus = this.earlierEl.contains(document.activeElement);
+    this.earlier.loading = (async () => {
+      try {
+        const [page, fragments] = await Promise.all([
+          api.transcript(this.sessionId, before),
+          fetchFragments(this.sessionId, null, before).catch(() => new Map()),
+        ]);
+        const scroller = this.els.scroller;
+        const fromBottom = scroller.scrollHeight - scroller.scrollTop;
+        const added = page.turns.filter((turn) => !this.turns.has(turn.run_id)).map((turn) => this.addTurn(turn));
+        this.applyFragments(fragments);
+        for (const view of added) this.drainBuffered(view);
+        this.earlier.failed = false;
+        this.setEarlier(page);
+        scroller.scrollTop = scroller.scrollHeight - fromBottom;
+        this.earlierNote.textContent = `${added.length} earlier ${added.length === 1 ? 'turn' : 'turns'} loaded.`;
+        // The button went away with the last page: keep keyboard focus in the transcript.
+        if (hadFocus && !page.has_more && added.length) added[added.length - 1].el.focus({ preventScroll: true });
+        this.requestFragments();
+        this.refresh();
+      } catch (error) {
+        this.earlier.failed = true;
+        this.earlierNote.textContent = 'Could not load earlier turns.';
+        if (!(error instanceof NetworkError)) console.warn('earlier turns failed', error);
+      } finally {
+        this.earlier.loading = null;
+        this.renderEarlier();
+      }
+    })();
+    this.renderEarlier();
+    return this.earlier.loading;
   }
 
   addTurn(turn) {
@@ -262,11 +349,6 @@ export class SessionController {
       case 'done':
         this.needsFragment.add(view.runId);
         this.requestFragments();
-        notifyIfHidden(event, this.titleText());
-        break;
-      case 'approval.requested':
-      case 'clarify.requested':
-        notifyIfHidden(event, this.titleText());
         break;
       case 'title.updated':
         this.agentTitle = event.payload?.title || this.agentTitle;
@@ -311,15 +393,9 @@ export class SessionController {
       setTimeout(() => this.requestFragments(), 3000);
       return;
     }
-    for (const id of ids) {
-      const view = this.turns.get(id);
-      const section = sections.get(id);
-      if (!view || !section) continue;
-      if (Number(section.dataset.lastSeq) !== view.lastSeq) continue;
-      view.applyFragment(section);
-      view.el.dataset.rendered = 'true';
-      this.needsFragment.delete(id);
-    }
+    const settled = this.applyFragments(new Map(ids.filter((id) => sections.has(id)).map((id) => [id, sections.get(id)])));
+    // An answer stops at the server's page budget: ask again for the turns that did not come.
+    if (settled && ids.some((id) => !sections.has(id))) this.requestFragments();
     this.scrollToBottom();
   }
 
@@ -510,7 +586,12 @@ export class SessionController {
   // marked; the reader's place from then on, so the stream does not pull the view away.
   revealRun(runId) {
     const view = this.turns.get(Number(runId));
-    if (!view) return false;
+    if (!view) {
+      // An older turn than the pages read so far: read back to it, a page at a time.
+      if (!this.earlier.hasMore || Number(runId) >= this.earlier.before) return false;
+      this.loadEarlier().then(() => !this.earlier.failed && this.revealRun(runId));
+      return true;
+    }
     for (const el of this.els.transcript.querySelectorAll('.turn.revealed')) el.classList.remove('revealed');
     view.el.classList.add('revealed');
     this.currentTurn = view;
@@ -525,11 +606,11 @@ export class SessionController {
     return match ? this.revealRun(Number(match[1])) : false;
   }
 
-  // Send a turn's prompt again, as a new turn (a new client_id: not a duplicate of the first).
+  // Send a turn's prompt (and attachments) again, as a new turn (a new client_id: not a duplicate).
   retry(view) {
     const text = view.turn.prompt_text || '';
     if (!text.trim()) return;
-    this.send(text, this.activeView() ? 'queue' : 'auto');
+    this.send(text, this.activeView() ? 'queue' : 'auto', view.turn.attachments || []);
   }
 
   // The open approval (the oldest still waiting), for the key map's digits.
@@ -543,9 +624,9 @@ export class SessionController {
 
   // ---------------------------------------------------------------- sending
 
-  async send(text, mode) {
+  async send(text, mode, attachments = []) {
     askPermissionOnce();
-    const entry = { client_id: uuid(), session_id: this.sessionId, text, mode, created_at: Date.now() };
+    const entry = { client_id: uuid(), session_id: this.sessionId, text, mode, attachments, created_at: Date.now() };
     outbox.add(entry);
     this.showOutgoing(entry, 'sending');
     this.scrollToBottom(true);
@@ -556,6 +637,7 @@ export class SessionController {
     this.showOutgoing(entry, 'sending');
     try {
       const body = { client_id: entry.client_id, text: entry.text, mode: entry.mode };
+      if (entry.attachments?.length) body.attachments = entry.attachments.map((a) => a.id);
       // Over the socket when it is open; over HTTP when it is not, or could not tell.
       const result = (await this.socket.submit(body)) ?? (await api.submitMessage(this.sessionId, body));
       outbox.remove(entry.client_id);
@@ -586,6 +668,7 @@ export class SessionController {
           run_id: result.run_id,
           client_id: entry.client_id,
           prompt_text: entry.text,
+          attachments: entry.attachments || [],
           source: 'composer',
           source_meta: {},
           status: result.status,
@@ -622,6 +705,7 @@ export class SessionController {
       'div',
       { class: 'outgoing', dataset: { clientId: entry.client_id, state } },
       h('div', { class: 'bubble user-text', text: entry.text }),
+      renderAttachmentList(entry.attachments),
       h('div', { class: 'outgoing-status' }, h('span', { text: label }), message ? h('span', { class: 'reason', text: ` — ${message}` }) : null, actions),
     );
     if (node) node.replaceWith(fresh);

@@ -11,6 +11,35 @@ export function sessionTitle(session) {
   return session.title || `Untitled session ${session.id}`;
 }
 
+const AWAITING = new Set(['awaiting_approval', 'awaiting_clarify']);
+const FAILED = new Set(['failed', 'interrupted']);
+
+// How many sessions wait on the user (an approval or a question): the tab's title and favicon.
+export function waitingCount(states) {
+  return [...states.values()].filter((s) => AWAITING.has(s.run_status)).length;
+}
+
+// A session's live state as badges: running (a spinner), needs you, queued messages, failed.
+function liveBadges(session, state) {
+  const status = state ? state.run_status : session.active_run_id ? 'running' : null;
+  const badges = [];
+  if (AWAITING.has(status)) {
+    const label = status === 'awaiting_approval' ? 'Needs you: approval' : 'Needs you: a question';
+    badges.push(h('span', { class: 'live-state needs-you', role: 'img', 'aria-label': label, title: label, text: 'needs you' }));
+  } else if (status) {
+    badges.push(h('span', { class: 'live-state running', role: 'img', 'aria-label': 'Running', title: status === 'queued' ? 'Starting' : 'Running' }));
+  }
+  if (state?.queued) {
+    const label = `${state.queued} queued message${state.queued === 1 ? '' : 's'}`;
+    badges.push(h('span', { class: 'live-state queued', role: 'img', 'aria-label': label, title: label, text: `+${state.queued}` }));
+  }
+  if (!status && state && FAILED.has(state.last_run_status)) {
+    const label = state.last_run_status === 'failed' ? 'Last run failed' : 'Last run was interrupted';
+    badges.push(h('span', { class: 'live-state failed', role: 'img', 'aria-label': label, title: label, text: 'failed' }));
+  }
+  return badges;
+}
+
 export class Sidebar {
   constructor(root, data, { currentSessionId, onDeletedCurrent }) {
     this.root = root;
@@ -19,6 +48,9 @@ export class Sidebar {
     this.currentSessionId = currentSessionId;
     this.onDeletedCurrent = onDeletedCurrent;
     this.sessions = new Map();
+    // Every session's live state, from the user channel (`sessions` frames; runs/live/user_feed.py).
+    this.states = new Map();
+    this.statesReady = false;
     this.workflows = new Map();
     this.expanded = new Set();
     this.renaming = null;
@@ -70,6 +102,34 @@ export class Sidebar {
     // The page's own session archived: its entry stays in view, in the opened Archived list.
     if (session.id === this.currentSessionId && isArchived(session) && !isArchived(was)) this.archivedOpen.add(session.project_id);
     this.render();
+  }
+
+  // A `sessions` frame: a snapshot (the sessions it leaves out are idle) or the changed ones.
+  // Returns what the notifier needs: the states before, the frame's, and whether it is the first.
+  applyStates(frame) {
+    const prev = new Map(this.states);
+    const first = !this.statesReady;
+    if (frame.snapshot) this.states = new Map();
+    for (const state of frame.sessions) this.states.set(state.id, state);
+    for (const id of frame.removed || []) this.states.delete(id);
+    this.statesReady = true;
+    for (const state of frame.sessions) this.followState(state);
+    for (const id of frame.removed || []) {
+      if (id === this.currentSessionId) continue;
+      for (const [projectId, list] of this.sessions) this.sessions.set(projectId, list.filter((s) => s.id !== id));
+    }
+    this.render();
+    return { prev, changed: frame.sessions, first };
+  }
+
+  // A listed project's sessions keep in step with the channel: titles, and sessions made elsewhere.
+  followState(state) {
+    const list = this.sessions.get(state.project_id);
+    if (!list) return;
+    const session = list.find((s) => s.id === state.id);
+    const status = state.archived ? 'archived' : 'active';
+    if (!session) list.unshift({ id: state.id, project_id: state.project_id, title: state.title, status, active_run_id: state.run_id });
+    else Object.assign(session, { title: state.title, status, active_run_id: state.run_id });
   }
 
   replaceProject(project) {
@@ -129,6 +189,7 @@ export class Sidebar {
         { class: 'project-row' },
         h('button', { type: 'button', class: 'disclosure', 'aria-expanded': String(open), 'aria-label': `Show sessions of ${project.name}`, text: open ? '▾' : '▸', onclick: toggle }),
         h('a', { class: 'project-name', href: `/projects/${project.id}/`, text: project.name }),
+        open ? null : this.projectBadges(project),
         h('button', { type: 'button', class: 'icon', 'data-role': 'edit-project', title: 'Project settings', 'aria-label': `Edit project ${project.name}`, text: '⚙', onclick: () => this.editProjectDialog(project) }),
         archived
           ? h('button', { type: 'button', class: 'btn small', 'data-role': 'restore-project', 'aria-label': `Restore project ${project.name}`, text: 'Restore', onclick: () => this.setProjectArchived(project, false) })
@@ -260,8 +321,8 @@ export class Sidebar {
       h(
         'a',
         { href: `/sessions/${session.id}/`, 'aria-current': current ? 'page' : null },
-        session.active_run_id ? h('span', { class: 'running-dot', title: 'A run is active', 'aria-label': 'running' }) : null,
         h('span', { class: 'session-title', text: sessionTitle(session) }),
+        liveBadges(session, this.states.get(session.id)),
       ),
       isArchived(session)
         ? h(
@@ -278,6 +339,20 @@ export class Sidebar {
             h('button', { type: 'button', class: 'icon', title: 'Delete', 'aria-label': `Delete ${sessionTitle(session)}`, dataset: { action: 'delete' }, text: '✕', onclick: () => this.deleteSession(session) }),
           ),
     );
+  }
+
+  // A collapsed project: how many of its sessions need the user, and whether any runs.
+  projectBadges(project) {
+    const states = [...this.states.values()].filter((s) => s.project_id === project.id);
+    const waiting = states.filter((s) => AWAITING.has(s.run_status)).length;
+    const running = states.some((s) => s.run_status && !AWAITING.has(s.run_status));
+    const badges = [];
+    if (running) badges.push(h('span', { class: 'live-state running', role: 'img', 'aria-label': 'Running', title: 'A session is running' }));
+    if (waiting) {
+      const label = `${waiting} session${waiting === 1 ? '' : 's'} need${waiting === 1 ? 's' : ''} you`;
+      badges.push(h('span', { class: 'live-state needs-you', role: 'img', 'aria-label': label, title: label, text: String(waiting) }));
+    }
+    return badges.length ? h('span', { class: 'project-live' }, badges) : null;
   }
 
   async newSession(project) {

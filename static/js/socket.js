@@ -17,6 +17,8 @@ const OFFLINE_AFTER = 4;
 // The server's application close codes (runs/live/consumer.py).
 const CLOSE_UNAUTHENTICATED = 4401;
 const CLOSE_NOT_FOUND = 4404;
+// 4008, "too slow" (the client did not read what was sent), is retried as any other close is:
+// with backoff, resuming from the cursors.
 // The server reads frames up to 64 KiB (runs/live/protocol.py); a longer message goes over HTTP.
 const SUBMIT_MAX_CHARS = 60000;
 // A submit not answered by then is sent again over HTTP (the same client_id: the same message).
@@ -42,7 +44,12 @@ export class SessionSocket {
     this.nextAttemptAt = 0;
     this.submits = new Map(); // client_id → settle(result | ApiError | null)
     window.addEventListener('online', () => this.reconnectNow());
-    window.addEventListener('offline', () => this.setState('offline'));
+    window.addEventListener('offline', () => {
+      // The network is gone, so this socket is too, whatever TCP says yet (an open socket can
+      // outlive it for minutes): close it and retry with backoff; online, it resumes from the cursors.
+      if (this.ws) this.ws.close(4002, 'offline');
+      this.setState('offline');
+    });
     document.addEventListener('visibilitychange', () => {
       if (!document.hidden && this.state !== 'live') this.reconnectNow();
     });
@@ -50,7 +57,9 @@ export class SessionSocket {
 
   url() {
     const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
-    return `${scheme}://${location.host}/ws/sessions/${this.sessionId}/`;
+    // No session open (a project, the home page): the user's sessions' states only.
+    const path = this.sessionId == null ? '/ws/live/' : `/ws/sessions/${this.sessionId}/`;
+    return `${scheme}://${location.host}${path}`;
   }
 
   setState(state) {
@@ -98,7 +107,9 @@ export class SessionSocket {
     ws.onopen = () => {
       opened = true;
       this.lastMessageAt = Date.now();
-      this.send({ type: 'subscribe', after: this.cursors() });
+      if (this.sessionId != null) this.send({ type: 'subscribe', after: this.cursors() });
+      // Every tab follows all the user's sessions' live states (the sidebar, the title, notifications).
+      this.send({ type: 'sessions' });
       clearInterval(this.pingTimer);
       this.pingTimer = setInterval(() => this.keepAlive(), PING_MS);
     };
@@ -119,6 +130,7 @@ export class SessionSocket {
       else if (data.type === 'events' && Array.isArray(data.events)) data.events.forEach((e) => this.onEvent(e));
       else if (data.type === 'session' && data.session) this.onSession(data.session);
       else if (data.type === 'submitted') this.submits.get(data.client_id)?.(data);
+      else if (data.type === 'sessions') document.dispatchEvent(new CustomEvent('hermesweb:sessions', { detail: data }));
       else if (data.type === 'error') this.onError(data.code, data.message, data);
     };
     ws.onclose = (event) => {

@@ -6,6 +6,7 @@
 // only the blocks that changed; once the run has settled the server's rendering
 // is laid over it, block by block, so equal blocks are not touched at all.
 
+import { renderAttachmentList } from './attachments.js';
 import { copyText, formatTokens, h, humanize, pretty, swap } from './dom.js';
 import { renderDiff } from './diff.js';
 import { showMarkdown, showServerHtml } from './markdown.js';
@@ -118,6 +119,7 @@ export class TurnView {
         'div',
         { class: 'user-turn' },
         h('div', { class: 'bubble user-text', text: prompt }),
+        renderAttachmentList(this.turn.attachments),
         h(
           'div',
           { class: 'turn-meta' },

@@ -1,0 +1,183 @@
+"""The `sessions` frames: every socket of a user follows the live state of all their sessions.
+
+Design note: docs/live-delivery.md ("The user's sessions"). One `UserFeed` per watching user
+per web process, and one channel per process for all of them (no channel per socket). The
+doorbell `notify.user_sessions_group` is rung after commit by whatever changes a session's
+live state; a ring makes the feed read every session's state again (one query,
+`user_states.read_states`) and send each of the user's sockets what changed. Without Redis the
+runner's rings cannot reach this process, so the feeds poll: a bounded poll, the embedded mode
+(and a Redis outage) only; with Redis the poll is a slow repair net for a lost doorbell.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+
+from runs import notify
+from runs.live.doorbell import layer_down, tuning
+from runs.live.user_states import SessionState, changes, delta_frame, read_states, snapshot_frame
+
+log = logging.getLogger(__name__)
+
+Send = Callable[[str], Awaitable[None]]
+
+
+def poll_seconds() -> float:
+    if settings.REDIS_URL and not layer_down():
+        # The doorbell crosses processes: the poll only repairs a lost ring.
+        return tuning("HERMESWEB_LIVE_USER_SAFETY_POLL_SECONDS", 10.0)
+    # The InMemory layer cannot carry the runner's rings: this poll is the live path.
+    return tuning("HERMESWEB_LIVE_USER_POLL_SECONDS", 0.5)
+
+
+class UserFeed:
+    """One user's sessions as this process last read them, and the user's sockets here."""
+
+    def __init__(self, user_id: Any) -> None:
+        self.user_id = user_id
+        self.sockets: set[Send] = set()
+        self.states: dict[int, SessionState] | None = None
+        self.lock = asyncio.Lock()  # one read at a time: a slower read never overwrites a newer one
+        self.wake = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    def ring(self) -> None:
+        self.wake.set()
+
+    async def join(self, send: Send) -> None:
+        self.sockets.add(send)
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._loop())
+        await self.refresh(joining=send)
+
+    def leave(self, send: Send) -> None:
+        self.sockets.discard(send)
+        if not self.sockets and self.task is not None:
+            self.task.cancel()
+            self.task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake.clear()  # rings during the read below make one more read, not one each
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("user %s: reading the sessions' states failed", self.user_id, exc_info=True)
+                await asyncio.sleep(1.0)
+                self.wake.set()
+
+    async def refresh(self, joining: Send | None = None) -> None:
+        """Read the states; send the others what changed, and `joining` the whole snapshot."""
+        async with self.lock:
+            states = await database_sync_to_async(read_states)(self.user_id)
+            old, self.states = self.states, states
+            if old is not None:
+                found = changes(old, states)
+                if found.changed or found.removed:
+                    frame = delta_frame(found)
+                    # `!=`, not `is not`: a socket's bound method is a new object each time, but equal.
+                    for send in [s for s in self.sockets if s != joining]:
+                        await _send(send, frame)
+            if joining is not None and joining in self.sockets:
+                await _send(joining, snapshot_frame(states.values()))
+
+
+async def _send(send: Send, frame: str) -> None:
+    # A socket closing as this is sent leaves on its own (disconnect); the others still get it.
+    with contextlib.suppress(Exception):
+        await send(frame)
+
+
+class UserHub:
+    """This event loop's user feeds, their one doorbell channel and their one poll."""
+
+    def __init__(self) -> None:
+        self.feeds: dict[Any, UserFeed] = {}
+        self.channel: str | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._joining = asyncio.Lock()
+
+    async def join(self, user_id: Any, send: Send) -> None:
+        """Follow the user's sessions on this socket: a snapshot now, changes from then on."""
+        feed = self.feeds.get(user_id)
+        if feed is None:
+            feed = self.feeds[user_id] = UserFeed(user_id)
+            # In the group before the first read: whatever commits after that read rings here.
+            await self._group("group_add", user_id)
+        if not self._tasks:
+            self._tasks = [asyncio.ensure_future(self._poll()), asyncio.ensure_future(self._listen())]
+        await feed.join(send)
+
+    async def leave(self, user_id: Any, send: Send) -> None:
+        feed = self.feeds.get(user_id)
+        if feed is None:
+            return
+        feed.leave(send)
+        if feed.sockets:
+            return
+        del self.feeds[user_id]
+        await self._group("group_discard", user_id)
+        if not self.feeds:
+            tasks, self._tasks = self._tasks, []
+            for task in tasks:
+                task.cancel()
+
+    async def _group(self, action: str, user_id: Any) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            async with self._joining:
+                if self.channel is None:
+                    self.channel = await layer.new_channel()
+                await getattr(layer, action)(notify.user_sessions_group(user_id), self.channel)
+        except Exception:
+            # The poll still brings the states, at its own pace.
+            log.warning("sessions doorbell for user %s: channel layer unavailable", user_id, exc_info=True)
+
+    async def _listen(self) -> None:
+        layer = get_channel_layer()
+        if layer is None or self.channel is None:
+            return
+        channel = self.channel
+        while True:
+            try:
+                message = await layer.receive(channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("sessions doorbell: receive failed", exc_info=True)
+                await asyncio.sleep(1.0)
+                continue
+            feed = self.feeds.get(message.get("user_id"))
+            if feed is not None:
+                feed.ring()
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(poll_seconds())
+            for feed in list(self.feeds.values()):
+                feed.ring()
+
+
+_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, UserHub] = weakref.WeakKeyDictionary()
+
+
+def get_user_hub() -> UserHub:
+    loop = asyncio.get_running_loop()
+    hub = _hubs.get(loop)
+    if hub is None:
+        hub = _hubs[loop] = UserHub()
+    return hub

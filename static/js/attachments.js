@@ -1,0 +1,172 @@
+// Attachments: files picked, pasted or dropped on the composer are uploaded at once
+// (POST /api/sessions/{id}/attachments) and shown as removable thumbnails; the message
+// then names them by id. A turn shows its attachments the same way, read-only.
+
+import { ApiError, NetworkError, csrfToken, toLogin } from './api.js';
+import { h } from './dom.js';
+
+export function contentUrl(id) {
+  return `/api/attachments/${encodeURIComponent(id)}/content`;
+}
+
+export function formatSize(bytes) {
+  if (bytes < 1024) return `${bytes} B`;
+  if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(bytes < 10 * 1024 ? 1 : 0)} KB`;
+  return `${(bytes / (1024 * 1024)).toFixed(1)} MB`;
+}
+
+// A file's badge: its extension (no icon font needed), e.g. TXT, MD, PY.
+function badge(name) {
+  const match = /\.([A-Za-z0-9]{1,4})$/.exec(name);
+  return match ? match[1].toUpperCase() : 'FILE';
+}
+
+const isImage = (mime) => typeof mime === 'string' && mime.startsWith('image/');
+
+async function upload(sessionId, file) {
+  const form = new FormData();
+  form.append('file', file, file.name || 'pasted.png');
+  let response;
+  try {
+    response = await fetch(`/api/sessions/${encodeURIComponent(sessionId)}/attachments`, {
+      method: 'POST',
+      headers: { Accept: 'application/json', 'X-CSRFToken': csrfToken() },
+      credentials: 'same-origin',
+      body: form,
+    });
+  } catch (error) {
+    throw new NetworkError(error);
+  }
+  let data = null;
+  try {
+    data = await response.json();
+  } catch {
+    data = null;
+  }
+  if (!response.ok) {
+    if (response.status === 401) toLogin();
+    throw new ApiError(response.status, data?.code || `http_${response.status}`, data?.message || response.statusText);
+  }
+  return data;
+}
+
+// One attachment as a chip: a thumbnail (images) or a file badge, its name and size.
+function chip(attachment, { src, remove, state = 'ready', message = '' } = {}) {
+  const name = attachment.name || 'attachment';
+  const image = isImage(attachment.mime_type);
+  // The thumbnail is the uploaded file itself (owner-only URL): none until the upload is done.
+  const preview =
+    image && src
+      ? h('img', { class: 'attachment-thumb', src, alt: name, loading: 'lazy', decoding: 'async' })
+      : h('span', { class: 'attachment-icon', 'aria-hidden': 'true', text: image ? 'IMG' : badge(name) });
+  const label = h(
+    'span',
+    { class: 'attachment-label' },
+    h('span', { class: 'attachment-name', text: name }),
+    h('span', { class: 'attachment-size', text: state === 'uploading' ? 'uploading…' : state === 'error' ? message : formatSize(attachment.size ?? 0) }),
+  );
+  // A sent attachment opens in a new tab (the owner-only content URL); a pending one does not link.
+  const body =
+    attachment.id && !remove
+      ? h('a', { class: 'attachment-link', href: contentUrl(attachment.id), target: '_blank', rel: 'noopener', title: `Open ${name}` }, preview, label)
+      : h('span', { class: 'attachment-link' }, preview, label);
+  return h(
+    'li',
+    { class: 'attachment', dataset: { state, kind: image ? 'image' : 'file', ...(attachment.id ? { attachmentId: String(attachment.id) } : {}) } },
+    body,
+    remove ? h('button', { type: 'button', class: 'attachment-remove', 'aria-label': `Remove ${name}`, title: `Remove ${name}`, text: '×', onclick: remove }) : null,
+  );
+}
+
+// A turn's attachments ({id, name, mime_type, size}), as shown under the user's prompt.
+export function renderAttachmentList(attachments) {
+  const list = (attachments || []).filter((a) => a && a.id);
+  if (!list.length) return null;
+  return h(
+    'ul',
+    { class: 'attachments', 'aria-label': list.length === 1 ? 'Attachment' : `${list.length} attachments` },
+    list.map((a) => chip(a, { src: isImage(a.mime_type) ? contentUrl(a.id) : undefined })),
+  );
+}
+
+// The composer's pending attachments: upload on add, remove before send, hand ids to the message.
+export class AttachmentTray {
+  constructor(listEl, { onChange } = {}) {
+    this.listEl = listEl;
+    this.onChange = onChange || (() => {});
+    this.sessionId = null;
+    this.items = [];
+    this.counter = 0;
+  }
+
+  get enabled() {
+    return this.sessionId !== null;
+  }
+
+  enable(sessionId) {
+    this.sessionId = sessionId;
+    this.onChange();
+  }
+
+  // Uploads still running: the message waits for them.
+  get busy() {
+    return this.items.some((item) => item.state === 'uploading');
+  }
+
+  // The uploaded ones, as a message stores them.
+  ready() {
+    return this.items.filter((item) => item.state === 'ready').map((item) => item.attachment);
+  }
+
+  add(files) {
+    if (!this.enabled) return;
+    for (const file of files) {
+      const item = {
+        key: ++this.counter,
+        state: 'uploading',
+        message: '',
+        attachment: { name: file.name || 'pasted image', mime_type: file.type, size: file.size },
+      };
+      this.items.push(item);
+      upload(this.sessionId, file).then(
+        (attachment) => {
+          item.attachment = attachment;
+          item.state = 'ready';
+          item.src = isImage(attachment.mime_type) ? contentUrl(attachment.id) : undefined;
+          this.render();
+        },
+        (error) => {
+          item.state = 'error';
+          item.message = error.message || 'upload failed';
+          this.render();
+        },
+      );
+    }
+    this.render();
+  }
+
+  remove(key) {
+    this.items = this.items.filter((i) => i.key !== key);
+    this.render();
+  }
+
+  clear() {
+    this.items = [];
+    this.render();
+  }
+
+  render() {
+    this.listEl.hidden = !this.items.length;
+    this.listEl.replaceChildren(
+      ...this.items.map((item) =>
+        chip(item.attachment, { src: item.src, state: item.state, message: item.message, remove: () => this.remove(item.key) }),
+      ),
+    );
+    this.onChange();
+  }
+}
+
+// Files carried by a paste or a drop (none for plain text).
+export function filesOf(transfer) {
+  return transfer?.files?.length ? [...transfer.files] : [];
+}

@@ -1,0 +1,235 @@
+"""Transcript, rendered turns and exports stay bounded however long a session grows.
+
+The transcript and the session's fragments come a page of turns at a time (newest first, `before`
+cursor, `has_more`), each page also stopping at HERMESWEB_TRANSCRIPT_PAGE_BYTES; a single run
+larger than that comes cut short (`complete` false) and is read on from its events. The export
+streams a run at a time.
+"""
+
+from __future__ import annotations
+
+import http.client
+import re
+import tracemalloc
+from typing import Any
+
+import orjson
+import pytest
+from django.test import Client
+
+from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, materialize
+from tests import factories
+from tests.support.live import LiveStack, layer, live  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+KIB = 1024
+
+
+def settled(session: Any, text: str = "Done.", deltas: int = 1, **fields: Any) -> Any:
+    events = [("token.delta", {"message_id": "m", "delta": text})] * deltas
+    run = factories.run_with_events(
+        [*events, ("done", {"state": "completed"})], session=session, status="running", **fields
+    )
+    run.status = "completed"
+    run.save(update_fields=["status"])
+    return run
+
+
+def transcript(api: Client, session: Any, **query: Any) -> dict[str, Any]:
+    response = api.get(f"/api/sessions/{session.pk}/transcript", query)
+    assert response.status_code == 200, response.content
+    return response.json()
+
+
+# ---------------------------------------------------------------- the transcript API
+
+
+def test_the_transcript_is_the_newest_page_and_pages_back_to_the_first_turn(
+    api: Client, session: Any
+) -> None:
+    runs = [settled(session, f"answer {n}") for n in range(PAGE_TURNS + 5)]
+
+    newest = transcript(api, session)
+    older = transcript(api, session, before=newest["before"])
+
+    assert [t["run_id"] for t in newest["turns"]] == [r.pk for r in runs[5:]]
+    assert newest["has_more"] is True and newest["before"] == runs[5].pk
+    assert [t["run_id"] for t in older["turns"]] == [r.pk for r in runs[:5]]
+    assert older["has_more"] is False and older["before"] is None
+    assert all(t["complete"] for t in newest["turns"] + older["turns"])
+
+
+def test_a_short_session_is_one_page_as_before(api: Client, session: Any) -> None:
+    run = settled(session, "Hi")
+
+    body = transcript(api, session)
+
+    assert [t["run_id"] for t in body["turns"]] == [run.pk]
+    assert body["has_more"] is False and body["turns"][0]["state"]["text"] == "Hi"
+
+
+def test_the_page_size_is_capped(api: Client, session: Any) -> None:
+    response = api.get(f"/api/sessions/{session.pk}/transcript", {"limit": PAGE_TURNS_MAX + 1})
+
+    assert response.status_code == 422
+    assert response.json()["code"] == "validation_error"
+
+
+def test_a_page_stops_at_its_byte_budget(api: Client, session: Any, settings: Any) -> None:
+    settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES = 64 * KIB
+    runs = [settled(session, "x" * 10 * KIB) for _ in range(12)]
+
+    newest = transcript(api, session)
+
+    assert 1 < len(newest["turns"]) < len(runs)
+    assert newest["has_more"] is True and newest["before"] == newest["turns"][0]["run_id"]
+    assert newest["turns"][-1]["run_id"] == runs[-1].pk
+
+
+def test_one_enormous_run_comes_cut_short_and_is_read_on_from_its_events(
+    api: Client, session: Any, settings: Any
+) -> None:
+    settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES = 64 * KIB
+    older = settled(session, "before")
+    huge = settled(session, "y" * 8 * KIB, deltas=128)  # 1 MiB of text
+
+    response = api.get(f"/api/sessions/{session.pk}/transcript")
+    body = response.json()
+
+    assert len(response.content) < 3 * 64 * KIB
+    [turn] = body["turns"]
+    assert turn["run_id"] == huge.pk and turn["complete"] is False
+    assert 0 < turn["state"]["last_seq"] < huge.last_seq and turn["state"]["terminal"] is False
+    assert body["has_more"] is True and body["before"] == huge.pk
+    rest = api.get(f"/api/runs/{huge.pk}/events", {"after_seq": turn["state"]["last_seq"]}).json()
+    whole = materialize([*huge.events.order_by("seq")])
+    caught_up = materialize([*huge.events.filter(seq__lte=turn["state"]["last_seq"]), *rest["events"]])
+    assert caught_up["text"] == whole["text"] and caught_up["terminal"]
+    assert [t["run_id"] for t in transcript(api, session, before=body["before"])["turns"]] == [older.pk]
+
+
+# ---------------------------------------------------------------- rendered turns
+
+
+def fragment_runs(api: Client, url: str) -> list[int]:
+    response = api.get(url)
+    assert response.status_code == 200
+    return [int(n) for n in re.findall(r'data-run="(\d+)"', response.content.decode())]
+
+
+def test_the_session_fragment_is_the_transcripts_page(api: Client, session: Any) -> None:
+    runs = [settled(session) for _ in range(PAGE_TURNS + 2)]
+
+    newest = fragment_runs(api, f"/sessions/{session.pk}/fragment")
+    older = fragment_runs(api, f"/sessions/{session.pk}/fragment?before={runs[2].pk}")
+
+    assert newest == [r.pk for r in runs[2:]]
+    assert older == [r.pk for r in runs[:2]]
+    assert api.get(f"/sessions/{session.pk}/fragment?limit={PAGE_TURNS_MAX + 1}").status_code == 400
+    assert api.get(f"/sessions/{session.pk}/fragment?before=x").status_code == 400
+
+
+def test_named_fragments_stop_at_the_budget_and_a_too_large_turn_is_marked(
+    api: Client, session: Any, settings: Any
+) -> None:
+    settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES = 64 * KIB
+    huge = settled(session, "y" * 8 * KIB, deltas=16)
+    mid = [settled(session, "z" * 20 * KIB) for _ in range(5)]
+    ids = ",".join(str(r.pk) for r in [huge, *mid])
+
+    response = api.get(f"/sessions/{session.pk}/fragment?runs={ids}")
+    body = response.content.decode()
+
+    assert f'<section class="turn-fragment" data-run="{huge.pk}" data-too-large></section>' in body
+    rendered = [int(n) for n in re.findall(r'data-run="(\d+)" data-last-seq', body)]
+    assert rendered and rendered == [r.pk for r in mid[: len(rendered)]] and len(rendered) < len(mid)
+    assert len(body) < 3 * 64 * KIB
+
+
+# ---------------------------------------------------------------- the export
+
+
+@pytest.fixture
+def long_session(session: Any) -> Any:
+    for n in range(40):
+        settled(session, f"{n} " + "w" * 100 * KIB, prompt_text=f"question {n}")
+    return session
+
+
+def consume_peak(response: Any) -> tuple[int, int, bytes, bytes]:
+    """Read the streamed body chunk by chunk, keeping none: its size, the most memory Python held
+    at once meanwhile, and its first and last chunks."""
+    size, first, last = 0, b"", b""
+    tracemalloc.start()
+    try:
+        for chunk in response.streaming_content:
+            size += len(chunk)
+            first, last = first or chunk[:200], chunk[-200:]
+        return size, tracemalloc.get_traced_memory()[1], first, last
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("fmt", ["json", "markdown"])
+def test_the_export_streams_a_run_at_a_time(api: Client, long_session: Any, fmt: str) -> None:
+    response = api.get(f"/api/sessions/{long_session.pk}/export?format={fmt}")
+
+    assert response.streaming
+    size, peak, first, last = consume_peak(response)
+
+    assert size > 4_000 * KIB
+    assert peak < size / 2  # a run's worth at a time, never the whole session
+    if fmt == "json":
+        assert first.startswith(b'{\n  "session": {') and last.endswith(b'"intents": []\n}\n')
+    else:
+        assert first.startswith(b"# ") and last.endswith(b"w\n")
+
+
+def test_the_json_export_is_the_same_document_as_before(api: Client, session: Any) -> None:
+    from runs.export import session_json
+
+    settled(session, "Hi\nthere", prompt_text="multi\nline")
+    factories.PendingIntentFactory(session=session, text="next")
+
+    streamed = api.get(f"/api/sessions/{session.pk}/export?format=json").getvalue()
+
+    expected = orjson.dumps(session_json(session), option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
+    assert streamed.rstrip() == expected
+
+
+@pytest.mark.embedded
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("layer", ["embedded"], indirect=True)
+def test_daphne_serves_the_streamed_export(live: LiveStack) -> None:
+    session = factories.SessionFactory()
+    for n in range(3):
+        settled(session, f"answer {n}", prompt_text=f"question {n}")
+    _, token = factories.ApiToken.issue(session.project.owner, name="tests")
+    live.start_daphne()
+    conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=30)
+
+    conn.request(
+        "GET", f"/api/sessions/{session.pk}/export?format=json", headers={"Authorization": f"Bearer {token}"}
+    )
+    response = conn.getresponse()
+
+    assert response.status == 200
+    assert response.getheader("Content-Length") is None  # sent as it is made, not assembled first
+    data = orjson.loads(response.read())
+    assert [t["state"]["text"] for t in data["turns"]] == ["answer 0", "answer 1", "answer 2"]
+
+
+def test_under_asgi_the_export_is_an_async_stream(session: Any) -> None:
+    """Django's ASGI handler gathers a synchronous generator into one list before sending it."""
+    from django.test import AsyncRequestFactory
+
+    from runs.api import export_session
+
+    settled(session, "Hi")
+    request = AsyncRequestFactory().get(f"/api/sessions/{session.pk}/export")
+    request.auth = session.project.owner
+
+    response = export_session(request, session.pk, format="json")
+
+    assert response.streaming and response.is_async
