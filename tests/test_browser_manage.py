@@ -44,13 +44,13 @@ def test_create_edit_launch_and_delete_a_workflow(workbench: Workbench, session:
     assert "not closed" in dialog.get_by_role("status").inner_text()
     template.fill("Review {path} for {concern}, {{literally}}")
     assert dialog.get_by_role("status").inner_text() == "Fields asked at launch: path, concern"
-    dialog.get_by_label("Mode (optional)").fill("plan")
+    dialog.get_by_label("Mode (optional)").fill("accept_edits")  # one the demo agent offers
     dialog.get_by_role("button", name="Create").click()
     dialog.wait_for(state="detached")
     row = page.locator(".workflow", has_text="Review")
     row.wait_for()
     workflow = Workflow.objects.get(project=project)
-    assert (workflow.name, workflow.agent_mode) == ("Review", "plan")
+    assert (workflow.name, workflow.agent_mode) == ("Review", "accept_edits")
     assert workflow.variables() == ["path", "concern"]
 
     # A template the server refuses: the dialog stays, with the server's reason.
