@@ -154,9 +154,15 @@ class JournalWriter:
         if self._flush_queued:
             return  # the queued flush has not run yet: it will take these events too
         self._flush_queued = True
-        task = asyncio.get_running_loop().create_task(self.flush())
+        task = asyncio.get_running_loop().create_task(self._queued_flush())
         self._pending.add(task)
         task.add_done_callback(self._flush_done)
+
+    async def _queued_flush(self) -> None:
+        # Another flush may have taken this one's events meanwhile (an awaited flush, a final
+        # write): then it must not take later deltas before their window.
+        if self._flush_queued:
+            await self.flush()
 
     def _flush_done(self, task: asyncio.Task[Any]) -> None:
         self._pending.discard(task)
