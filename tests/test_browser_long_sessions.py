@@ -4,9 +4,11 @@ with "Load earlier turns", the reader's place kept (docs/ui.md, "Long sessions")
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from runs import journal
 from runs.journal import NewEvent, done_event
@@ -25,12 +27,22 @@ from tests.support.browser import (  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
+# A lease that outlasts the test (the runner's reaper leaves the fixture's runs alone).
+LEASED = timezone.now() + timedelta(days=1)
+
 FILLER = "\n\n".join(f"Paragraph {n} of the answer, a few words to fill the screen." for n in range(3))
 OLDEST_PAGE = 4
 
 
 def settled_turn(session: Any, n: int) -> Run:
-    run = factories.RunFactory(session=session, prompt_text=f"Question {n}", status=RunStatus.RUNNING)
+    # Leased: the workbench's runner reaps a running run whose lease lapsed, as interrupted.
+    run = factories.RunFactory(
+        session=session,
+        prompt_text=f"Question {n}",
+        status=RunStatus.RUNNING,
+        lease_owner="fixture",
+        lease_expires_at=LEASED,
+    )
     journal.append_batch(
         run.pk,
         [
