@@ -36,13 +36,14 @@ def submit(user: Any, session: Any, client_id: str, text: str = "Run the tests",
 def test_a_new_turn_is_one_statement_on_postgres(user: Any) -> None:
     session = SessionFactory(project__owner=user)
     with CaptureQueriesContext(connection) as queries:
-        result = submit(user, session, "c1", attachments=[{"name": "log.txt", "size": 3}])
+        # Without attachments: a message with them reads its uploads first (runs.attachments).
+        result = submit(user, session, "c1")
 
     assert len(queries) == 1
     run = Run.objects.get(pk=result.run_id)
     assert (result.kind, result.status, result.duplicate) == ("run", "queued", False)
     assert (run.client_id, run.prompt_text, run.status) == ("c1", "Run the tests", RunStatus.QUEUED)
-    assert run.attachments == [{"name": "log.txt", "size": 3}]
+    assert run.attachments == []
     # The instance handed back is the row as stored.
     assert (result.run.created_at, result.run.source) == (run.created_at, run.source)
     session.refresh_from_db()
