@@ -230,7 +230,7 @@ def test_the_next_turn_after_a_runner_restart_reloads_the_agent_session(
 def test_sigterm_lets_a_running_turn_finish_and_exits_zero(
     runners: list[Proc], logs: Path, session: Any
 ) -> None:
-    proc = start_runner(logs, "graceful", HERMESWEB_DEMO_DELAY="0.005")
+    proc = start_runner(logs, "graceful", HERMESWEB_DEMO_DELAY="0.005", HERMESWEB_SHUTDOWN_GRACE_SECONDS="20")
     runners.append(proc)
     run = run_of(submit(session, "toolloop"))
     wait_event(run, "tool.started")

@@ -111,6 +111,9 @@ class Proc:
 
 
 def start_runner(log_dir: Path, runner_id: str | None = None, **env: str) -> Proc:
+    # Teardown stops runners with SIGTERM: a turn left waiting on an approval would hold the
+    # drain for the whole production grace (20 s). A test about draining states its own.
+    env.setdefault("HERMESWEB_SHUTDOWN_GRACE_SECONDS", "2")
     args = [sys.executable, "manage.py", "runner"]
     if runner_id:
         args += ["--id", runner_id]
