@@ -256,7 +256,9 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Secrets are masked in every line before it is written (docs/security.md, "Redaction").
+    "filters": {"redact": {"()": "runs.redaction.RedactingLogFilter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["redact"]}},
     "root": {"handlers": ["console"], "level": env_str("HERMESWEB_LOG_LEVEL", "INFO")},
     # axes: failures and lockouts are warnings; its per-login and start-up lines are not kept.
     "loggers": {"django.channels.server": {"level": "WARNING"}, "axes": {"level": "WARNING"}},

@@ -6,6 +6,7 @@ shapes inside any string (API keys, bearer tokens, `password=…`) are masked.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
@@ -344,3 +345,27 @@ def match_across(text: str, cut: int, start: int = 0) -> int | None:
                 found = begin
                 break
     return found
+
+
+class RedactingLogFilter(logging.Filter):
+    """Masks secrets in every log record before a handler writes it (settings.LOGGING).
+
+    Log lines quote what failed: an agent's refusal, a request's error, a traceback's message.
+    Any of those may carry a token the agent echoed, so the handler sees only the masked text.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True  # a malformed record is logging's own error to report
+        masked = redact_text(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_text(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_text(record.stack_info)
+        return True

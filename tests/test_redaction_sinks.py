@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from runs.runner.redact_stream import MAX_LOG_LINE, RedactedLog
 from runs.runner.session_rows import store_between_turns, store_session_meta
 from runs.runner.writer import JournalWriter
 from tests import factories
+from tests.support.procs import REPO
 
 KEY = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX123"
 HIDDEN = "ABCDEFGHIJKLMNOP"
@@ -118,3 +120,29 @@ def test_an_agent_stderr_log_is_written_redacted_a_line_at_a_time(tmp_path: Path
     assert len(lines[1]) < MAX_LOG_LINE + 100 and "bytes cut]" in lines[1]
     assert "hunter2secret" not in text and HIDDEN not in text and "IOSFODNN7EXAMPLE" not in text
     assert lines[2] == f"{REDACTED} at the end, no newline"
+
+
+def test_the_web_and_runner_log_lines_are_written_redacted(tmp_path: Path) -> None:
+    # The process's own logging, configured by settings.LOGGING as daphne and the runner are.
+    script = (
+        "import logging\n"
+        "log = logging.getLogger('runs.runner.forking')\n"
+        f"log.warning('run 7: session/fork refused: %s', 'bad key {KEY}')\n"
+        "try:\n"
+        "    raise ValueError('AKIAIOSFODNN7EXAMPLE in the exception')\n"
+        "except ValueError:\n"
+        "    log.exception('a turn failed')\n"
+    )
+    env = {**os.environ, "HERMESWEB_DATA_DIR": str(tmp_path), "REDIS_URL": "", "DATABASE_URL": ""}
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert f"session/fork refused: bad key {REDACTED}" in done.stderr
+    assert "ValueError: " + REDACTED + " in the exception" in done.stderr
+    assert HIDDEN not in done.stderr and "IOSFODNN7EXAMPLE" not in done.stderr
