@@ -46,3 +46,16 @@ ensure_venv() {
   fi
   export PATH="$VENV/bin:$PATH"
 }
+
+# Debian's bubblewrap (the agent sandbox, docs/security.md: the suite and the benchmarks run
+# every agent inside it) and chromium (the browser tests, the page benchmark).
+ensure_system_tools() {
+  local packages=""
+  [ -x /usr/bin/bwrap ] || packages="bubblewrap"
+  [ -x /usr/bin/chromium ] || packages="$packages chromium fonts-liberation fonts-dejavu-core"  # fonts: readable screenshots
+  [ -n "$packages" ] || return 0
+  echo "» installing Debian's$packages"
+  local sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  $sudo apt-get update -qq && $sudo apt-get install -y -qq $packages >/dev/null
+}
