@@ -17,12 +17,13 @@ from django.db import connection
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema, Status
+from ninja.openapi.schema import OpenAPISchema
 from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
 from ninja.responses import NinjaJSONEncoder
 
 from hermesweb.auth import api_auth, login_required_json
-from hermesweb.errors import ApiError, install_exception_handlers, not_found
+from hermesweb.errors import ApiError, document_errors, has_nul, install_exception_handlers, not_found
 from projects import api as project_api
 from projects import services as project_services
 from runs import api as run_api
@@ -35,19 +36,6 @@ class NulCharacter(ValueError):
     """PostgreSQL stores no NUL in text or jsonb; refusing it here keeps it from becoming a 500."""
 
 
-def _refuse_nul(value: Any) -> None:
-    if isinstance(value, str):
-        if "\x00" in value:
-            raise NulCharacter("strings must not contain the NUL character (\\u0000)")
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            _refuse_nul(key)
-            _refuse_nul(item)
-    elif isinstance(value, list):
-        for item in value:
-            _refuse_nul(item)
-
-
 class ORJSONParser(Parser):
     def parse_body(self, request: HttpRequest) -> Any:
         if not request.body.strip():
@@ -57,7 +45,24 @@ class ORJSONParser(Parser):
         ):
             return None  # an empty form post (a bodiless client call) is no body, not bad JSON
         data = orjson.loads(request.body)
-        _refuse_nul(data)
+        if data is not None and not isinstance(data, dict):
+            # Ninja would read a scalar as an object without fields: `false` made a session.
+            # (`null` stays "no body", which an optional body may be.)
+            raise ApiError(
+                422,
+                "validation_error",
+                "The request body must be a JSON object.",
+                [
+                    {
+                        "field": "body",
+                        "location": "body",
+                        "message": "must be a JSON object",
+                        "type": "model_type",
+                    }
+                ],
+            )
+        if has_nul(data):
+            raise NulCharacter("strings must not contain the NUL character (\\u0000)")
         return data
 
 
@@ -69,7 +74,17 @@ class ORJSONRenderer(BaseRenderer):
         return orjson.dumps(data, default=NinjaJSONEncoder().default, option=orjson.OPT_NON_STR_KEYS)
 
 
-api = NinjaAPI(
+class HermeswebAPI(NinjaAPI):
+    def get_openapi_schema(
+        self, *, path_prefix: str | None = None, path_params: dict[str, Any] | None = None
+    ) -> OpenAPISchema:
+        # Every operation's coded errors are part of its contract (hermesweb/errors.py).
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        document_errors(schema)
+        return schema
+
+
+api = HermeswebAPI(
     title="hermesweb",
     version="1",
     description="Control API of the hermesweb workbench: projects, sessions, runs, journal, controls.",

@@ -22,6 +22,7 @@ from django.core.exceptions import (
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, InterfaceError, OperationalError
 from django.http import Http404, HttpRequest, HttpResponse
+from ninja import Field, Schema
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Throttled, ValidationError
 
 if TYPE_CHECKING:
@@ -45,6 +46,79 @@ class ApiError(Exception):
 
     def body(self) -> dict[str, Any]:
         return error_body(self.code, self.message, self.details)
+
+
+class ErrorOut(Schema):
+    """The body of every 4xx and 5xx answer (the OpenAPI document declares it on each operation)."""
+
+    code: str = Field(description="Stable and machine-readable: what went wrong, for a program to act on.")
+    message: str = Field(description="What went wrong, for a person.")
+    details: Any = Field(None, description="Where given: the fields at fault, a limit, the current state.")
+
+
+# The error answers any operation may give, by what the operation takes (`error_responses`).
+ANY_OPERATION = {
+    401: "Not signed in, or the token is invalid or revoked (`not_authenticated`).",
+    503: "The database cannot be reached (`database_unavailable`, with Retry-After).",
+}
+WITH_INPUT = {422: "A parameter or the body is invalid (`validation_error`, with `details`) or refused."}
+WITH_PATH_ID = {404: "No such object, or not yours (`not_found`)."}
+WITH_BODY = {
+    400: "The body is not JSON (`invalid_json`) or was refused (`bad_request`).",
+    413: "The body is larger than this route allows (`request_too_large`, `payload_too_large`).",
+}
+UNSAFE = {
+    403: "A signed-in browser sent no CSRF token (`csrf_failed`), or the action is not allowed.",
+    409: "The current state forbids the action (`conflict` or a more specific code).",
+}
+
+
+def error_responses(method: str, path: str, operation: dict[str, Any]) -> dict[int, str]:
+    """The error statuses an operation may answer, each with what it means."""
+    statuses = {**ANY_OPERATION}
+    if operation.get("parameters") or operation.get("requestBody"):
+        statuses.update(WITH_INPUT)
+    if "{" in path:
+        statuses.update(WITH_PATH_ID)
+    if operation.get("requestBody"):
+        statuses.update(WITH_BODY)
+    if method.upper() not in ("GET", "HEAD", "OPTIONS"):
+        statuses.update(UNSAFE)
+    return statuses
+
+
+def document_errors(schema: dict[str, Any]) -> dict[str, Any]:
+    """Declare `ErrorOut` answers on every operation of an OpenAPI document, in place.
+
+    Views raise coded errors rather than declaring them one by one; this keeps the document
+    saying what they answer, for a new endpoint too. A status an operation declares itself stays.
+    """
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    components["ErrorOut"] = ErrorOut.model_json_schema(ref_template="#/components/schemas/{model}")
+    error = {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorOut"}}}
+    for path, methods in schema.get("paths", {}).items():
+        for method, operation in methods.items():
+            responses = operation.setdefault("responses", {})
+            declared = {str(status) for status in responses}
+            for status, description in error_responses(method, path, operation).items():
+                if str(status) not in declared:
+                    responses[status] = {"description": description, "content": error}
+    return schema
+
+
+def has_nul(value: Any) -> bool:
+    """Whether a decoded JSON value holds a NUL character in any string, keys included.
+
+    PostgreSQL stores no NUL in text or jsonb: input that carries one is refused at the edge
+    (the API's parser, the socket's frames) rather than failing as it is written.
+    """
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(key) or has_nul(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(has_nul(item) for item in value)
+    return False
 
 
 def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
@@ -147,6 +221,9 @@ def install_exception_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+        if isinstance(exc.__cause__, ApiError):
+            # The parser refused the body on purpose (ninja wraps whatever it raises in a 400).
+            return respond(request, exc.__cause__.status, exc.__cause__.body())
         code = _STATUS_CODES.get(exc.status_code, "error")
         message = str(exc)
         if exc.status_code == 400 and exc.__cause__ is not None:

@@ -6,12 +6,14 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from ninja import Field, Schema
-from pydantic import StringConstraints
+from pydantic import Strict, StringConstraints
 
 # PositiveIntegerField: PostgreSQL's integer.
 MAX_INT = 2**31 - 1
 
-Version = Annotated[int, Field(ge=1, le=MAX_INT)]
+# Strict: a JSON `true` or "3" is not a number here (pydantic's lax mode would take them as 1 and 3).
+BodyInt = Annotated[int, Strict()]
+Version = Annotated[BodyInt, Field(ge=1, le=MAX_INT)]
 
 
 class IntentOut(Schema):
@@ -37,13 +39,13 @@ class IntentPatch(Schema):
     version: Version = Field(description="The version you last saw; a stale one is a 409 conflict.")
     # Blank text is a validation error: withdraw the item with DELETE instead.
     text: Annotated[str, StringConstraints(min_length=1, max_length=1_000_000, pattern=r"\S")] | None = None
-    position: Annotated[int, Field(ge=0, le=MAX_INT)] | None = Field(
+    position: Annotated[BodyInt, Field(ge=0, le=MAX_INT)] | None = Field(
         None, description="New index among the session's waiting items (0 = next)."
     )
 
 
 class IntentActionIn(Schema):
-    run_id: Annotated[int, Field(ge=1, le=MAX_INT)] | None = Field(
+    run_id: Annotated[BodyInt, Field(ge=1, le=MAX_INT)] | None = Field(
         None, description="The run you saw running; if another run is active by now, the answer is 409."
     )
 

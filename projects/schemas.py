@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from ninja import Field, Schema
-from pydantic import StringConstraints
+from pydantic import Strict, StringConstraints
 
 Name = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1, max_length=200)]
 Title = Annotated[str, StringConstraints(strip_whitespace=True, max_length=300)]
@@ -98,7 +98,9 @@ class WorkflowOut(Schema):
 
 
 class LaunchIn(Schema):
-    session_id: int | None = Field(None, description="Run in this session; a new one is created if omitted.")
+    session_id: Annotated[int, Strict()] | None = Field(
+        None, description="Run in this session; a new one is created if omitted."
+    )
     variables: dict[Annotated[str, StringConstraints(max_length=100)], LongText] = Field(default_factory=dict)
     client_id: Annotated[str, StringConstraints(min_length=1, max_length=100)] | None = Field(
         None, description="Idempotency key; launching again with the same one is a duplicate."

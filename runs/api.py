@@ -16,7 +16,7 @@ from django.utils.text import slugify
 from ninja import File, Header, Path, Query, Router, Status, UploadedFile
 
 from hermesweb.auth import get_visible
-from hermesweb.errors import MAX_ID, ApiError, not_found
+from hermesweb.errors import MAX_ID, ApiError, ErrorOut, not_found
 from intents.models import PendingIntent
 from projects.models import Project, Session
 from projects.schemas import SessionOut
@@ -189,7 +189,7 @@ def _cursor_from_header(run: Run, last_event_id: str | None) -> int:
     return int(seq_part)
 
 
-@router.get("/runs/{id}/events", response=EventsPage, tags=["runs"])
+@router.get("/runs/{id}/events", response={200: EventsPage, 409: ErrorOut, 410: ErrorOut}, tags=["runs"])
 def run_events(
     request: HttpRequest,
     id: int,

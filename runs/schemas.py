@@ -9,11 +9,11 @@ from ninja import Field, Schema
 from pydantic import StringConstraints
 
 from hermesweb.errors import MAX_ID
-from intents.schemas import IntentOut
+from intents.schemas import BodyInt, IntentOut
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MessageText = Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
-AttachmentId = Annotated[int, Field(ge=1, le=MAX_ID)]
+AttachmentId = Annotated[BodyInt, Field(ge=1, le=MAX_ID)]
 MAX_MESSAGE_ATTACHMENTS = 20
 
 

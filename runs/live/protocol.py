@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 import orjson
 import pydantic
 
-from hermesweb.errors import validation_details
+from hermesweb.errors import has_nul, validation_details
 from runs.schemas import MessageIn, SubmitOut
 
 MAX_MESSAGE_CHARS = 64 * 1024
@@ -199,13 +199,28 @@ def _parse_cursors(after: Any) -> dict[int, int]:
     return cursors
 
 
+def _answerable(client_id: Any) -> bool:
+    """Whether a submit's client id can carry its refusal back (else the frame is malformed)."""
+    return isinstance(client_id, str) and 1 <= len(client_id) <= 100 and "\x00" not in client_id
+
+
 def _parse_submit(message: dict[str, Any]) -> Submit:
     fields = {key: value for key, value in message.items() if key != "type"}
+    client_id = fields.get("client_id")
+    if has_nul(fields):
+        # As the POST refuses it: PostgreSQL cannot store it, and writing it failed as a 500.
+        if not _answerable(client_id):
+            raise BadRequest("strings must not contain the NUL character (\\u0000)")
+        details = [
+            {"field": name, "location": "body", "message": "must not contain NUL (\\u0000)", "type": "nul"}
+            for name, value in fields.items()
+            if has_nul(name) or has_nul(value)
+        ]
+        raise InvalidSubmit(client_id, "Strings must not contain the NUL character (\\u0000).", details)
     try:
         return Submit(MessageIn.model_validate(fields))
     except pydantic.ValidationError as exc:
-        client_id = fields.get("client_id")
-        if not isinstance(client_id, str) or not 1 <= len(client_id) <= 100:
+        if not _answerable(client_id):
             # No id to answer to: the frame itself is malformed.
             raise BadRequest("a submit needs a 'client_id' of 1 to 100 characters") from None
         # Located as the POST's would be: in the body.
