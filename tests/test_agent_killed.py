@@ -86,12 +86,12 @@ def test_a_killed_demo_agent_fails_its_turn_once_and_the_next_turn_reloads_the_s
     agent_session = refreshed(first).session.agent_session_id
     assert agent_session
 
-    streaming = run_of(submit(session, "slow"))
+    streaming = run_of(submit(session, "hold"))  # open until the kill
     wait_event(streaming, "token.delta")
     doomed = the_agent(runner, "runs.demo_agent")
     took = kill_and_time(doomed, runner, streaming)
     assert_failed_once_as_agent_died(streaming)
-    assert "Slow chunk" in state(streaming)["text"]  # what streamed before the kill is kept
+    assert "Held chunk" in state(streaming)["text"]  # what streamed before the kill is kept
     assert not ptree.alive(doomed)
 
     after = run_of(submit(session, "are you back? fast"))
@@ -109,7 +109,7 @@ def test_a_killed_demo_agent_fails_its_turn_once_and_the_next_turn_reloads_the_s
     home = agent_state_dir(settings.DATA_DIR, session.project.owner_id, "demo")
     stored = home / ".hermesweb-demo-agent" / "sessions" / f"{agent_session}.json"
     prompts = stored.read_text()
-    assert "papaya" in prompts and "slow" in prompts and "are you back?" in prompts
+    assert "papaya" in prompts and "hold" in prompts and "are you back?" in prompts
     assert "papaya" not in state(after)["text"]  # the load's history replay is not journaled again
     print(f"FIGURE agent_killed demo: SIGKILL -> run failed in {took:.2f} s")
 

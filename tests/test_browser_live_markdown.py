@@ -1,7 +1,7 @@
 """Reading while it streams: markdown rendered live in the browser with the server's rules.
 
 The demo agent's default script answers with markdown (a heading, a quote of the prompt,
-a list, a Python block), streamed a few words at a time; `slow` streams ~15 s.
+a list, a Python block), streamed a few words at a time; `hold` streams until stopped.
 A MutationObserver installed before the page loads records every state the
 transcript went through, so nothing here depends on catching a moment in time.
 """
@@ -193,8 +193,8 @@ def test_the_reader_keeps_their_place_while_a_turn_streams(workbench: Workbench,
     for count, prompt in enumerate(["hello fast", "tool fast", "hello again fast"], start=1):
         send(page, prompt)
         wait_settled(page, count)
-    send(page, "slow")
-    wait_for_text(page, "Slow chunk 5.")
+    send(page, "hold")  # streams until Esc stops it, however long the scrolling takes
+    wait_for_text(page, "Held chunk 5.")
     # At the bottom, the page follows the stream.
     page.wait_for_function(
         "() => { const s = document.querySelector('[data-role=scroller]');"

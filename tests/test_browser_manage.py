@@ -104,7 +104,7 @@ def test_edit_a_project(workbench: Workbench, session: Any) -> None:
     assert (project.name, project.running_default, project.agent) == ("Renamed project", "steer", "demo")
 
     # The new default is the composer's from now on: Steer while a run is going.
-    send(page, "slow")
+    send(page, "hold")  # held until Stop: the check below never races the turn's end
     page.wait_for_selector("[data-role=mode]:not([hidden]) button[data-mode='steer'][aria-pressed='true']")
     assert page.get_by_role("button", name="Steer", exact=True).count() >= 1
     page.get_by_role("button", name="Stop").click()

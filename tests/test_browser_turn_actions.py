@@ -151,7 +151,7 @@ def test_the_key_map(workbench: Workbench, session: Any) -> None:
     assert "Answered: Deny" in settled.locator(".approval-card").inner_text()
 
     # Esc stops the running turn — but not while the message box holds a draft.
-    send(page, "slow")
+    send(page, "hold")  # held until Esc cancels it, so the draft check cannot race its end
     page.wait_for_selector("article.turn[data-status='running']")
     box.fill("a draft")
     box.press("Escape")

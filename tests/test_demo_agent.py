@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from acp.schema import (
     PromptResponse,
 )
 
+from runs.demo_agent.scripts import HOLD_MAX_SECONDS_ENV, HOLD_RELEASE_FILE
 from tests.support.acp_client import AgentHandle, RecordingClient, default_capabilities, demo_agent
 
 STEER_ACK = "Steer queued for the active turn"
@@ -399,6 +401,65 @@ def test_cancel_during_slow_returns_cancelled_promptly_and_keeps_partial_text(
 
             # The session is not stuck "cancelling": the next prompt runs normally.
             assert (await ask(agent, session_id, "fast hello")).stop_reason == "end_turn"
+
+    run(body)
+
+
+def held_chunks(agent: AgentHandle, session_id: str) -> int:
+    return agent.client.text(session_id=session_id).count("Held chunk ")
+
+
+def test_hold_streams_until_the_release_file_appears_and_then_ends_normally(
+    home: Path, workdir: Path
+) -> None:
+    async def body() -> None:
+        async with demo_agent(home) as agent:
+            session_id = await new_session(agent, workdir)
+            turn = asyncio.create_task(ask(agent, session_id, "hold fast"))
+            # Far past `slow`'s 300 chunks' worth at this delay: only the release can end it.
+            await agent.client.wait_until(lambda: held_chunks(agent, session_id) >= 40)
+            assert not turn.done()
+            (workdir / HOLD_RELEASE_FILE).write_text("")
+            response = await turn
+            assert response.stop_reason == "end_turn"
+            text = agent.client.text(session_id=session_id)
+            numbers = [int(n) for n in re.findall(r"Held chunk (\d+)\. ", text)]
+            assert numbers == list(range(1, len(numbers) + 1))
+            assert text.endswith(f"Released after {len(numbers)} held chunks.")
+            # The release is taken, so the next `hold` waits for a release of its own.
+            assert not (workdir / HOLD_RELEASE_FILE).exists()
+
+    run(body)
+
+
+def test_hold_is_cancelled_promptly(home: Path, workdir: Path) -> None:
+    async def body() -> None:
+        async with demo_agent(home) as agent:
+            session_id = await new_session(agent, workdir)
+            turn = asyncio.create_task(ask(agent, session_id, "hold"))
+            await agent.client.wait_until(lambda: held_chunks(agent, session_id) >= 3)
+            started = time.monotonic()
+            await agent.conn.cancel(session_id=session_id)
+            response = await turn
+            assert time.monotonic() - started < 2.0  # vs the 120 s bound; slack for loaded CI
+            assert response.stop_reason == "cancelled"
+            assert "Released" not in agent.client.text(session_id=session_id)
+            assert (await ask(agent, session_id, "fast hello")).stop_reason == "end_turn"
+
+    run(body)
+
+
+def test_hold_never_released_ends_by_itself_at_its_bound(home: Path, workdir: Path) -> None:
+    async def body() -> None:
+        async with demo_agent(home, env={HOLD_MAX_SECONDS_ENV: "0.5"}) as agent:
+            session_id = await new_session(agent, workdir)
+            started = time.monotonic()
+            response = await ask(agent, session_id, "hold")
+            assert time.monotonic() - started >= 0.5
+            assert response.stop_reason == "end_turn"
+            text = agent.client.text(session_id=session_id)
+            assert "Held chunk 1. " in text
+            assert text.endswith("Not released within 0.5 s; finished by itself.")
 
     run(body)
 

@@ -126,7 +126,7 @@ def test_a_legacy_interrupt_default_queues_and_leaves_the_interrupt_to_stop_and_
     refused = api.patch(f"/api/projects/{session.project_id}", {"running_default": "interrupt"}, JSON)
     assert refused.status_code == 422  # no longer a default one can choose
     set_running_default(session, "interrupt")  # but a row saved by an older version may still say so
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
 
     result = send(session, "fast do this instead")
 
@@ -236,7 +236,7 @@ def test_queued_items_survive_a_runner_crash_and_drain_exactly_once(
     runners: list[Proc], logs: Path, api: Client, session: Session
 ) -> None:
     doomed = spawn_runner(runners, logs, "doomed")
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     a = queue(session, "fast after the outage")
     b = queue(session, "fast and then me")
 
@@ -247,7 +247,7 @@ def test_queued_items_survive_a_runner_crash_and_drain_exactly_once(
     wait_status(busy, RunStatus.INTERRUPTED, log=rescuer.log)
     settled(session)
     runs = runs_of(session)
-    assert [r.prompt_text for r in runs] == ["slow", "fast after the outage", "fast and then me"]
+    assert [r.prompt_text for r in runs] == ["hold", "fast after the outage", "fast and then me"]
     for run in runs[1:]:
         assert refreshed(run).status == RunStatus.COMPLETED
         assert types(run).count("run.started") == 1

@@ -149,7 +149,7 @@ def test_invariant_4_a_pending_stop_and_send_stays_recoverable_across_cancel_ref
     runners: list[Proc], logs: Path, api: Client, session: Session
 ) -> None:
     doomed = spawn_runner(runners, logs, "doomed")
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     item = queue(session, "fast after the outage")
     pause(doomed, session)
     assert do_stop_and_send(item).status == "accepted"
@@ -182,7 +182,7 @@ def test_invariant_5_a_leftover_steer_becomes_a_queued_next_turn_and_never_disap
     runners: list[Proc], logs: Path, api: Client, session: Session
 ) -> None:
     doomed = spawn_runner(runners, logs, "doomed")
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     doomed.kill9()
     steer = steer_now(session, "also cover the docs")
     # A replacement is already waiting to go first, so the leftover can be seen in the queue.
@@ -204,7 +204,7 @@ def test_invariant_5_a_leftover_steer_becomes_a_queued_next_turn_and_never_disap
     settled(session)
     turns = [(r.prompt_text, r.source) for r in runs_of(session)]
     assert turns == [
-        ("slow", RunSource.COMPOSER),
+        ("hold", RunSource.COMPOSER),
         ("toolloop", RunSource.STOP_AND_SEND),
         ("also cover the docs", RunSource.LEFTOVER_STEER),
     ]
@@ -254,7 +254,7 @@ def test_invariant_6_replaying_run_events_never_duplicates_steers_queue_items_or
 def test_invariant_7_switching_sessions_hides_pending_intent_but_never_erases_it(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     kept = [queue(session, f"fast kept {n}") for n in range(2)]
     other = factories.SessionFactory(project=session.project)
     before = view(api, session)["intents"]
@@ -270,7 +270,7 @@ def test_invariant_7_switching_sessions_hides_pending_intent_but_never_erases_it
     assert [i.state for i in map(fresh, kept)] == [IntentState.WAITING, IntentState.WAITING]
     assert do_cancel(busy).status == "accepted"  # a plain Stop ends the turn; the queue still drains
     settled(session)
-    assert [r.prompt_text for r in runs_of(session)] == ["slow", "fast kept 0", "fast kept 1"]
+    assert [r.prompt_text for r in runs_of(session)] == ["hold", "fast kept 0", "fast kept 1"]
 
 
 # ---------------------------------------------------------------- 8, 9: a delivered steer is final
@@ -329,7 +329,7 @@ def test_invariant_9_a_waiting_item_may_be_upgraded_to_steer_but_the_delivery_is
 def test_invariant_10_stop_on_a_waiting_item_promotes_it_to_stop_and_send_instead_of_dropping_it(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     item = queue(session, "fast promote me")
 
     answer = api.post(f"/api/intents/{item.pk}/stop-and-send").json()

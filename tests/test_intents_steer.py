@@ -155,7 +155,7 @@ def test_a_leftover_steer_converts_to_a_queued_item_with_source_metadata(
     runners: list[Proc], logs: Path, api: Client, session: Session
 ) -> None:
     doomed = spawn_runner(runners, logs, "doomed")
-    run = start_turn(session, "slow", started="token.delta")
+    run = start_turn(session, "hold", started="token.delta")
     doomed.kill9()
     # The run still looks active, so the steer is accepted for it — and its runner never delivers it.
     result = send(session, "also update the changelog", mode="steer")
@@ -216,7 +216,7 @@ def test_an_unavailable_steer_falls_back_to_the_queue_keeping_the_text_and_expla
 ) -> None:
     demo = settings.HERMESWEB_AGENTS["demo"]
     settings.HERMESWEB_AGENTS = {**settings.HERMESWEB_AGENTS, "demo": dataclasses.replace(demo, steer="none")}
-    run = start_turn(session, "slow", started="token.delta")
+    run = start_turn(session, "hold", started="token.delta")
 
     result = send(session, "narrow it down", mode="steer")
 
@@ -248,7 +248,7 @@ def test_a_steer_the_runner_cannot_deliver_falls_back_to_the_queue_with_its_text
 ) -> None:
     # The web process believes the agent takes steer; the runner's agent is configured not to.
     proc = spawn_runner(runners, logs, "nosteer", HERMESWEB_AGENTS=demo_agent_env(steer="none"))
-    run = start_turn(session, "slow", started="token.delta")
+    run = start_turn(session, "hold", started="token.delta")
 
     result = send(session, "narrow it down", mode="steer")
     assert result.kind == IntentKind.STEER and result.intent is not None
@@ -272,7 +272,7 @@ def test_upgrading_to_steer_after_the_run_ended_is_a_conflict_and_the_item_stays
     runner: Proc, api: Client, session: Session
 ) -> None:
     first = start_turn(session, "toolloop")
-    second_item = queue(session, "slow second turn")
+    second_item = queue(session, "hold second turn")
     third_item = queue(session, "fast third turn")
     wait_status(first, RunStatus.COMPLETED, log=runner.log)
     second = run_from(second_item)

@@ -1,8 +1,8 @@
 """Stop-and-send: cancel the active run and make a waiting item the next turn, exactly once.
 
-Against a real runner and the bundled demo agent (`slow` streams for ~15 s
-and honours cancel at once). "Mid-cancel" is made deterministic by pausing the
-runner (SIGSTOP) so the cancel request is durable but not yet applied; a
+Against a real runner and the bundled demo agent (`hold` streams until the test
+releases or cancels it, and honours cancel at once). "Mid-cancel" is made
+deterministic by pausing the runner (SIGSTOP) so the cancel request is durable but not yet applied; a
 process boundary is a `kill -9` of that paused runner and a new one.
 """
 
@@ -54,7 +54,7 @@ def done_state(run: Any) -> str:
 def test_stop_on_a_waiting_item_cancels_the_run_and_sends_the_item(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     item = queue(session, "fast do this instead")
     later = queue(session, "fast and this after")
 
@@ -68,11 +68,11 @@ def test_stop_on_a_waiting_item_cancels_the_run_and_sends_the_item(
     wait_status(nxt, RunStatus.COMPLETED, log=runner.log)
     settled(session)
     assert [(r.prompt_text, r.source) for r in runs_of(session)] == [
-        ("slow", RunSource.COMPOSER),
+        ("hold", RunSource.COMPOSER),
         ("fast do this instead", RunSource.STOP_AND_SEND),
         ("fast and this after", RunSource.QUEUE),
     ]
-    assert "Slow chunk" in state(busy)["text"]  # what the cancelled turn said stays
+    assert "Held chunk" in state(busy)["text"]  # what the cancelled turn said stays
     assert fresh(later).state == IntentState.DISPATCHED
     for run in runs_of(session):
         assert_journal_well_formed(run)
@@ -83,7 +83,7 @@ def test_a_stop_and_send_replacement_survives_cancel_and_reconnect_timing(
 ) -> None:
     live.start_daphne()
     proc = live.start_runner(HERMESWEB_DEMO_DELAY=FAST_DEMO)
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     item = queue(session, "fast take over now")
     cookie = session_cookie(user)
     first = live.socket(session.pk, cookie)
@@ -116,7 +116,7 @@ def test_a_stop_and_send_replacement_survives_cancel_and_reconnect_timing(
 def test_a_pending_stop_and_send_survives_a_refresh_during_cancel(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     item = queue(session, "fast replace it")
     other = queue(session, "fast then this")
     pause(runner, session)
@@ -140,7 +140,7 @@ def test_a_pending_stop_and_send_survives_a_refresh_during_cancel(
     assert turn_of(after, nxt)["source"] == RunSource.STOP_AND_SEND
     assert item.pk not in open_ids(after)
     settled(session)
-    assert [r.prompt_text for r in runs_of(session)] == ["slow", "fast replace it", "fast then this"]
+    assert [r.prompt_text for r in runs_of(session)] == ["hold", "fast replace it", "fast then this"]
 
 
 # ---------------------------------------------------------------- exactly once
@@ -149,7 +149,7 @@ def test_a_pending_stop_and_send_survives_a_refresh_during_cancel(
 def test_stop_and_send_pressed_twice_cancels_once_and_sends_once(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     item = queue(session, "fast pressed twice")
 
     def press(_: int) -> str:
@@ -176,7 +176,7 @@ def test_stop_and_send_pressed_twice_cancels_once_and_sends_once(
 def test_a_second_item_cannot_stop_and_send_while_another_replaces_the_run(
     runner: Proc, session: Session
 ) -> None:
-    busy = start_turn(session, "slow", started="token.delta")
+    busy = start_turn(session, "hold", started="token.delta")
     first = queue(session, "fast first replacement")
     second = queue(session, "fast second in line")
     pause(runner, session)
@@ -191,7 +191,7 @@ def test_a_second_item_cannot_stop_and_send_while_another_replaces_the_run(
     wait_status(busy, RunStatus.CANCELLED, log=runner.log)
     settled(session)
     assert [(r.prompt_text, r.source, r.status) for r in runs_of(session)] == [
-        ("slow", RunSource.COMPOSER, RunStatus.CANCELLED),
+        ("hold", RunSource.COMPOSER, RunStatus.CANCELLED),
         ("fast first replacement", RunSource.STOP_AND_SEND, RunStatus.COMPLETED),
         ("fast second in line", RunSource.QUEUE, RunStatus.COMPLETED),
     ]

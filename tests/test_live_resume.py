@@ -10,15 +10,16 @@ from websockets.exceptions import ConnectionClosed
 from runs import services
 from runs.models import Run
 from tests import factories
+from tests.support.hold import release
 from tests.support.live import LiveStack, assert_contiguous, layer, live, session_cookie  # noqa: F401
 from tests.support.procs import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def start_slow_run(session: Any) -> Run:
-    """The demo agent's `slow` script: ~300 chunks over ~15 s."""
-    result = services.do_submit_message(session, client_id="slow-1", text="slow please")
+def start_held_run(session: Any) -> Run:
+    """The demo agent's `hold` script: a chunk every 0.05 s until the test releases it."""
+    result = services.do_submit_message(session, client_id="hold-1", text="hold please")
     assert result.run is not None
     return result.run
 
@@ -35,7 +36,7 @@ def test_a_resume_after_a_disconnect_gets_every_event_exactly_once_in_order(live
     first = live.socket(session.pk, cookie)
     first.subscribe()
     first.session()
-    run = start_slow_run(session)  # new since the subscribe: followed from seq 1
+    run = start_held_run(session)  # new since the subscribe: followed from seq 1
     before = first.events_until(run.pk, lambda e: e["seq"] >= 10, timeout=90)
     assert_contiguous(before, 1)
     first.close()
@@ -45,6 +46,7 @@ def test_a_resume_after_a_disconnect_gets_every_event_exactly_once_in_order(live
 
     second = live.socket(session.pk, cookie)
     second.subscribe({run.pk: cursor})
+    release(session.project.path)
     after = second.events_to_terminal(run.pk, timeout=90)
     assert_contiguous(after, cursor + 1, last_seq(run))
     assert after[-1]["type"] == "done" and after[-1]["payload"]["state"] == "completed"
@@ -57,7 +59,7 @@ def test_a_killed_web_process_is_caught_up_after_restart_while_the_run_goes_on(l
     live.start_runner()
     session = factories.SessionFactory()
     cookie = session_cookie(session.project.owner)
-    run = start_slow_run(session)
+    run = start_held_run(session)
     first = live.socket(session.pk, cookie)
     first.subscribe()
     first.events_until(run.pk, lambda e: e["seq"] >= 10, timeout=90)
@@ -75,6 +77,7 @@ def test_a_killed_web_process_is_caught_up_after_restart_while_the_run_goes_on(l
     caught_up = second.events_until(run.pk, lambda e: e["seq"] >= cursor + 10, timeout=60)
     # Still executing after the catch-up: what follows is live, not replay.
     assert Run.objects.get(pk=run.pk).is_active
+    release(session.project.path)
     after = caught_up + second.events_to_terminal(run.pk, timeout=90)
     assert_contiguous(after, cursor + 1, last_seq(run))
     assert_contiguous(received + after, 1, last_seq(run))

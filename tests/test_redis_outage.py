@@ -32,6 +32,7 @@ from runs.controls import do_cancel
 from runs.models import Run, RunStatus
 from tests import factories
 from tests.support import deployed, procs
+from tests.support.hold import release
 from tests.support.live import session_cookie
 from tests.support.redis_server import RedisServer
 from tests.support.runs import assert_journal_well_formed, refreshed, run_of, submit, wait_status
@@ -131,8 +132,9 @@ def test_redis_dies_mid_run_and_comes_back_without_losing_or_repeating_an_event(
     status, body = deployed.health(web, cookie)
     assert status == 200 and body["channel_layer"]["ok"] and body["channel_layer"]["redis"], body
 
-    slow = run_of(submit(streaming_session, "slow"))
-    watching.wait_seq(slow.pk, 10, timeout=30)
+    # Held open until every step of the outage is done: released near the end, below.
+    held = run_of(submit(streaming_session, "hold"))
+    watching.wait_seq(held.pk, 10, timeout=30)
     before = [r.latency for r in watching.snapshot()]
 
     # ---- Redis dies mid-run.
@@ -193,7 +195,7 @@ def test_redis_dies_mid_run_and_comes_back_without_losing_or_repeating_an_event(
         # A browser's next message, through the web process (whose publishes failed during the
         # outage, so it connects afresh: a process that published nothing meanwhile loses its
         # first ring on the connection Redis closed, and the runner's poll takes the turn).
-        other.send(type="submit", client_id="after-the-return", text="slow, after the return")
+        other.send(type="submit", client_id="after-the-return", text="hold, after the return")
         fresh = Run.objects.get(pk=submitted(other, "after-the-return")["run_id"])
         # The runner's notifications reach Redis again ...
         decoder = RedisPubSubChannelLayer(hosts=[private_redis.url])
@@ -215,13 +217,17 @@ def test_redis_dies_mid_run_and_comes_back_without_losing_or_repeating_an_event(
     assert do_cancel(fresh).status == "accepted"
     claimed = {
         moment: round((refreshed(run).started_at - refreshed(run).created_at).total_seconds(), 3)
-        for moment, run in (("before", slow), ("during", during), ("after", fresh))
+        for moment, run in (("before", held), ("during", during), ("after", fresh))
     }
     if doorbell_is_redis:  # rung, not polled (a 5 s poll)
         assert claimed["after"] < SQLITE_RUNNER_POLL_SECONDS / 2, claimed
 
+    # The two held runs share the project's directory: the release must find only the first.
+    wait_status(fresh, RunStatus.CANCELLED, timeout=40, log=runner.log)
+    release(project.path)
+
     # ---- Every run ends once, and every viewer got exactly the journal.
-    wait_status(slow, RunStatus.COMPLETED, timeout=40, log=runner.log)
+    wait_status(held, RunStatus.COMPLETED, timeout=40, log=runner.log)
     runs = {viewer.name: list(Run.objects.filter(session_id=viewer.session_id)) for viewer in stack.viewers}
     procs.wait_for(
         lambda: (
@@ -277,13 +283,13 @@ def test_a_hung_redis_loses_no_event_but_holds_the_runners_journal_writes(
     session = factories.SessionFactory(project=project)
     cookie = session_cookie(project.owner)
     viewer = stack.viewer("hung", session, cookie, web)
-    slow = run_of(submit(session, "slow"))
-    viewer.wait_seq(slow.pk, 10, timeout=30)
+    held = run_of(submit(session, "hold"))  # streaming until released, after the windows
+    viewer.wait_seq(held.pk, 10, timeout=30)
 
     def writes_per_second(seconds: float) -> float:
-        first = refreshed(slow).last_seq
+        first = refreshed(held).last_seq
         time.sleep(seconds)  # a measurement window, not a synchronisation
-        return (refreshed(slow).last_seq - first) / seconds
+        return (refreshed(held).last_seq - first) / seconds
 
     normal = writes_per_second(2)
     assert private_redis.proc is not None
@@ -297,10 +303,11 @@ def test_a_hung_redis_loses_no_event_but_holds_the_runners_journal_writes(
     finally:
         private_redis.proc.send_signal(signal.SIGCONT)
     after = writes_per_second(2)
-    wait_status(slow, RunStatus.COMPLETED, timeout=60, log=runner.log)
-    viewer.wait_terminal(slow.pk, timeout=30)
-    assert_journal_well_formed(slow)
-    checked = assert_matches_journal(viewer, [slow.pk]).checked
+    release(project.path)
+    wait_status(held, RunStatus.COMPLETED, timeout=60, log=runner.log)
+    viewer.wait_terminal(held.pk, timeout=30)
+    assert_journal_well_formed(held)
+    checked = assert_matches_journal(viewer, [held.pk]).checked
     # One publish timed out (about a second of the window); the rest of the window streamed.
     assert hung >= normal / 3, (normal, hung)
     print(

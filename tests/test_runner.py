@@ -88,7 +88,7 @@ def test_token_deltas_are_coalesced_into_fewer_rows_than_chunks(runner: Proc, se
 
 
 def test_cancel_mid_stream_keeps_partial_text_and_ends_cancelled_once(runner: Proc, session: Any) -> None:
-    run = run_of(submit(session, "slow"))
+    run = run_of(submit(session, "hold"))
     wait_event(run, "token.delta")
     first = do_cancel(run)
     again = do_cancel(run)
@@ -97,7 +97,7 @@ def test_cancel_mid_stream_keeps_partial_text_and_ends_cancelled_once(runner: Pr
     assert_journal_well_formed(run)
     final = state(run)
     assert final["terminal_state"] == "cancelled"
-    assert "Slow chunk" in final["text"]
+    assert "Held chunk" in final["text"]
     assert do_cancel(refreshed(run)).status == "not_active"
 
 
@@ -190,21 +190,21 @@ def test_kill_9_of_the_runner_interrupts_its_run_and_a_new_runner_serves_queued_
     runners.append(first)
     busy = factories.SessionFactory(project__agent="demo")
     other = factories.SessionFactory(project=busy.project)
-    slow = run_of(submit(busy, "slow"))
-    wait_event(slow, "token.delta")
+    held = run_of(submit(busy, "hold"))
+    wait_event(held, "token.delta")
     first.kill9()
     waiting = run_of(submit(other, "answer after the outage"))
     assert refreshed(waiting).status == RunStatus.QUEUED
     second = start_runner(logs, "rescuer", HERMESWEB_DEMO_DELAY="0.005")
     runners.append(second)
-    wait_status(slow, RunStatus.INTERRUPTED, log=second.log)
-    assert_journal_well_formed(slow)
-    done = events(slow)[-1]
+    wait_status(held, RunStatus.INTERRUPTED, log=second.log)
+    assert_journal_well_formed(held)
+    done = events(held)[-1]
     assert done.payload["state"] == "interrupted" and "doomed" in done.payload["reason"]
-    assert "Slow chunk" in state(slow)["text"]  # what was journaled before the crash stays
+    assert "Held chunk" in state(held)["text"]  # what was journaled before the crash stays
     wait_status(waiting, RunStatus.COMPLETED, log=second.log)
     # Never retried: the interrupted run has exactly one run.started.
-    assert types(slow).count("run.started") == 1
+    assert types(held).count("run.started") == 1
 
 
 def test_the_next_turn_after_a_runner_restart_reloads_the_agent_session(
@@ -246,7 +246,7 @@ def test_sigterm_interrupts_what_outlasts_the_grace_period(
         logs, "impatient", HERMESWEB_DEMO_DELAY="0.05", HERMESWEB_SHUTDOWN_GRACE_SECONDS="0.5"
     )
     runners.append(proc)
-    run = run_of(submit(session, "slow"))
+    run = run_of(submit(session, "hold"))
     wait_event(run, "token.delta")
     proc.signal(signal.SIGTERM)
     assert proc.stop() == 0

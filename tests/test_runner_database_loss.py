@@ -1,6 +1,9 @@
 """A runner whose database connections are cut (a PostgreSQL restart, a failover, a proxy's
 idle timeout) connects again and goes on: the turn it was streaming completes with every
-chunk once, and it takes the next turns. Nobody has to restart it by hand."""
+chunk once, and it takes the next turns. Nobody has to restart it by hand.
+
+The streaming turn is the demo agent's `hold`: it streams until the test has done its cut and
+releases it, so no step races the stream's end."""
 
 from __future__ import annotations
 
@@ -13,10 +16,10 @@ import psycopg
 import pytest
 from django.db import connection
 
-from runs.demo_agent.scripts import SLOW_CHUNKS
 from runs.models import Run, RunStatus
 from runs.runner import connections
 from tests import factories
+from tests.support.hold import release
 from tests.support.pgproxy import UNENCRYPTED, PgProxy
 from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import (
@@ -30,7 +33,25 @@ from tests.support.runs import (
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 APP = "hermesweb-test-runner-cut"
-SLOW_TEXT = "".join(f"Slow chunk {n}. " for n in range(1, SLOW_CHUNKS + 1)) + "\n\nFinished the slow run."
+
+
+def held_chunks(run: Run) -> int:
+    return state(run)["text"].count("Held chunk ")
+
+
+def held_text(chunks: int) -> str:
+    """What a `hold` turn released after `chunks` chunks says, exactly."""
+    return (
+        "".join(f"Held chunk {n}. " for n in range(1, chunks + 1))
+        + f"\n\nReleased after {chunks} held chunks."
+    )
+
+
+def stream_on_and_release(run: Run, session: Any) -> None:
+    """Let the turn stream a few chunks more (its writes go through the new connections), then end it."""
+    seen = held_chunks(run)
+    wait_for(lambda: held_chunks(run) >= seen + 5, 30, what="the turn to stream on")
+    release(session.project.path)
 
 
 @pytest.fixture
@@ -73,23 +94,24 @@ def test_a_runner_whose_connections_were_cut_while_idle_takes_the_next_turn(
 def test_a_turn_streaming_when_the_connections_are_cut_loses_and_repeats_nothing(
     runner: Proc, session: Any
 ) -> None:
-    run = run_of(submit(session, "slow"))
-    wait_for(lambda: "Slow chunk 3." in state(run)["text"], 30, what="the turn to stream")
+    run = run_of(submit(session, "hold"))  # streaming until released, after the cut
+    wait_for(lambda: "Held chunk 3." in state(run)["text"], 30, what="the turn to stream")
     assert cut_the_runners_connections() >= 2
+    stream_on_and_release(run, session)
 
     wait_status(run, RunStatus.COMPLETED, timeout=60, log=runner.log)
     assert_journal_well_formed(run)
     # Every chunk the agent sent, once each and in order: none lost with the connections,
     # none written twice by a write whose answer the cut swallowed.
-    assert state(run)["text"] == SLOW_TEXT
+    assert state(run)["text"] == held_text(held_chunks(run))
 
     after = run_of(submit(session, "fast again"))
     wait_status(after, RunStatus.COMPLETED, timeout=30, log=runner.log)
 
 
 def test_a_write_cut_off_midway_is_written_once_and_the_turn_completes(runner: Proc, session: Any) -> None:
-    run = run_of(submit(session, "slow"))
-    wait_for(lambda: "Slow chunk 3." in state(run)["text"], 30, what="the turn to stream")
+    run = run_of(submit(session, "hold"))  # streaming until released, after the cut
+    wait_for(lambda: "Held chunk 3." in state(run)["text"], 30, what="the turn to stream")
 
     # Hold the run's row so the runner's next journal write waits on it, then cut that
     # write's connection while it waits: the runner cannot know whether it committed, as
@@ -99,10 +121,11 @@ def test_a_write_cut_off_midway_is_written_once_and_the_turn_completes(runner: P
         waiting = wait_for(lambda: _runner_backend_waiting_on_a_lock(holder), 30, what="a blocked write")
         holder.execute("SELECT pg_terminate_backend(%s)", [waiting])
         holder.rollback()
+    stream_on_and_release(run, session)
 
     wait_status(run, RunStatus.COMPLETED, timeout=60, log=runner.log)
     assert_journal_well_formed(run)
-    assert state(run)["text"] == SLOW_TEXT
+    assert state(run)["text"] == held_text(held_chunks(run))
     assert "a journal write went unanswered" in runner.log()
 
 
@@ -114,8 +137,8 @@ def test_a_turn_streams_on_through_a_database_outage_and_loses_and_repeats_nothi
     url = pg_proxy.database_url()
     runner = start_runner(logs, "outage", HERMESWEB_DEMO_DELAY="0.005", DATABASE_URL=url)
     runners.append(runner)
-    run = run_of(submit(session, "slow"))
-    wait_for(lambda: "Slow chunk 3." in state(run)["text"], 30, what="the turn to stream")
+    run = run_of(submit(session, "hold"))  # streaming until released, after the cut
+    wait_for(lambda: "Held chunk 3." in state(run)["text"], 30, what="the turn to stream")
 
     with pg_proxy.outage():
         wait_for(lambda: "group commit of 1 runs" in runner.log(), 30, what="a journal write to fail")
@@ -123,10 +146,11 @@ def test_a_turn_streams_on_through_a_database_outage_and_loses_and_repeats_nothi
         # The outage lasts (a restart, a failover) while the agent streams on.
         time.sleep(2)
         assert len(state(run)["text"]) == written  # nothing reached the database meanwhile
+    stream_on_and_release(run, session)
 
     wait_status(run, RunStatus.COMPLETED, timeout=60, log=runner.log)
     assert_journal_well_formed(run)
-    assert state(run)["text"] == SLOW_TEXT
+    assert state(run)["text"] == held_text(held_chunks(run))
     assert runner.alive()
 
     after = run_of(submit(session, "fast again"))

@@ -82,7 +82,7 @@ def test_an_answer_and_a_cancel_reach_a_runner_that_polls_once_a_minute(runner: 
     assert do_respond_approval(run, request.payload["approval_id"], "allow_once").status == "accepted"
     wait_status(run, RunStatus.COMPLETED, timeout=PROMPT, log=runner.log)
 
-    slow = run_of(submit(session, "slow"))
-    wait_event(slow, "token.delta", timeout=PROMPT)
-    assert do_cancel(slow).status == "accepted"
-    wait_status(slow, RunStatus.CANCELLED, timeout=PROMPT, log=runner.log)
+    held = run_of(submit(session, "hold"))  # open until the cancel, however slow the poll
+    wait_event(held, "token.delta", timeout=PROMPT)
+    assert do_cancel(held).status == "accepted"
+    wait_status(held, RunStatus.CANCELLED, timeout=PROMPT, log=runner.log)

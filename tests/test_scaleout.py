@@ -230,7 +230,7 @@ def test_two_webs_two_runners_a_moving_socket_and_a_killed_runner_lose_and_repea
     for run in (a1, a2):
         wait_event(run, "clarify.requested", timeout=60)
     survivor_id = deployed.runner_id(survivor)
-    b1 = turn(sessions[2], "slow")  # ~15 s of streaming: the moving client's run
+    b1 = turn(sessions[2], "hold")  # streams until cancelled below: the moving client's run
     b2 = turn(sessions[3], "please approve this")
     request = wait_event(b2, "approval.requested", timeout=60)
     assert {refreshed(b1).lease_owner, refreshed(b2).lease_owner} == {survivor_id}

@@ -108,7 +108,7 @@ HELP_TEXT = (
     "- `/steer <guidance>`: inject guidance into the running turn\n"
     "- `/title [text]`: show or set the session title\n\n"
     "Trigger words: `think`, `tool`, `edit`, `approve`/`permission`, `plan`, `ask`/`clarify`, "
-    "`slow`, `toolloop`, `recall`, `crash`; add `fast` for no typing delay."
+    "`slow`, `hold`, `toolloop`, `recall`, `crash`; add `fast` for no typing delay."
 )
 
 _COMMAND_RE = re.compile(r"^/(\w+)(?:\s+(.*))?$", re.DOTALL)

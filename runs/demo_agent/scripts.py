@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -21,6 +23,12 @@ _WORD_RE = re.compile(r"[a-z0-9_]+")
 SLOW_CHUNKS = 300
 # The slow script must stay cancellable by a human even when HERMESWEB_DEMO_DELAY is ~0.
 SLOW_MIN_DELAY = 0.05
+# `hold` streams until the test creates HOLD_RELEASE_FILE in the session cwd (the sandbox binds
+# the project read-write), polled once per chunk; the bound ends it by itself so nothing hangs.
+HOLD_RELEASE_FILE = "hold-release"
+HOLD_POLL_SECONDS = 0.05
+HOLD_MAX_SECONDS_ENV = "HERMESWEB_DEMO_HOLD_SECONDS"
+HOLD_MAX_SECONDS = 120.0
 TOOLLOOP_STEPS = 5
 # Fixed (not scaled by the delay or `fast`) so steer tests always have a turn to steer.
 TOOLLOOP_STEP_SECONDS = 0.4
@@ -58,7 +66,8 @@ async def run_default(turn: Turn) -> None:
         "- `think` shows reasoning before the answer\n"
         "- `tool` runs a pretend `ls`\n"
         "- `approve` and `edit` ask for permission\n"
-        "- `plan`, `ask`, `slow`, `toolloop` and `crash` do what they say\n\n"
+        "- `plan`, `ask`, `slow`, `toolloop` and `crash` do what they say\n"
+        f"- `hold` streams until a file `{HOLD_RELEASE_FILE}` appears in the working directory\n\n"
         "```python\n"
         "def count_words(prompt: str) -> int:\n"
         "    return len(prompt.split())\n"
@@ -208,6 +217,42 @@ async def run_slow(turn: Turn) -> None:
     await turn.say_chunk("\n\nFinished the slow run.", delay=0)
 
 
+def hold_bound_seconds() -> float:
+    raw = os.environ.get(HOLD_MAX_SECONDS_ENV, "")
+    try:
+        value = float(raw)
+    except ValueError:
+        return HOLD_MAX_SECONDS
+    return value if value > 0 else HOLD_MAX_SECONDS
+
+
+def take_release(cwd: str) -> bool:
+    """True once the release file exists; it is removed so the next `hold` waits again."""
+    path = Path(cwd) / HOLD_RELEASE_FILE
+    if not path.exists():
+        return False
+    # Released all the same if it cannot be removed: that must not hold the turn forever.
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return True
+
+
+async def run_hold(turn: Turn) -> None:
+    delay = max(turn.delay, HOLD_POLL_SECONDS)
+    deadline = time.monotonic() + hold_bound_seconds()
+    index = 0
+    while True:
+        if take_release(turn.cwd):
+            ending = f"\n\nReleased after {index} held chunks."
+            break
+        if time.monotonic() >= deadline:
+            ending = f"\n\nNot released within {hold_bound_seconds():g} s; finished by itself."
+            break
+        index += 1
+        await turn.say_chunk(f"Held chunk {index}. ", delay=delay)
+    await turn.say_chunk(ending, delay=0)
+
+
 async def run_recall(turn: Turn) -> None:
     # The session's own memory: a forked or reloaded session recalls what its history holds.
     stored = turn.live.stored
@@ -290,6 +335,7 @@ TRIGGERS: dict[str, Script] = {
     "ask": run_ask,
     "clarify": run_ask,
     "slow": run_slow,
+    "hold": run_hold,
     "crash": run_crash,
     "toolloop": run_toolloop,
     "recall": run_recall,
