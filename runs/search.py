@@ -31,6 +31,7 @@ import orjson
 from django.db import connection, transaction
 from django.utils import timezone
 
+from projects.models import Session
 from runs.models import TERMINAL_STATUSES, EventType, Run, SearchDocument
 from runs.transcript import materialize
 
@@ -152,13 +153,22 @@ def index_run(run_id: int) -> bool:
         indexed_at=timezone.now(),
         **fields,
     )
-    # One statement whoever else indexes the run at the same time (a reindex, a repeat).
-    SearchDocument.objects.bulk_create(
-        [document],
-        update_conflicts=True,
-        unique_fields=["run"],
-        update_fields=["session", "owner", "prompt", "answer", "tools", "created_at", "indexed_at"],
-    )
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # The insert's foreign-key checks lock the run's row before the session's, against the
+            # lock order (session, then run): a cancel racing the end of a run deadlocked with it
+            # (bench/soak.py). Holding the session's key first, the insert waits behind its lock.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"SELECT 1 FROM {Session._meta.db_table} WHERE id = %s FOR KEY SHARE", [run["session_id"]]
+                )
+        # One statement whoever else indexes the run at the same time (a reindex, a repeat).
+        SearchDocument.objects.bulk_create(
+            [document],
+            update_conflicts=True,
+            unique_fields=["run"],
+            update_fields=["session", "owner", "prompt", "answer", "tools", "created_at", "indexed_at"],
+        )
     return True
 
 

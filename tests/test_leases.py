@@ -193,3 +193,52 @@ def test_the_runs_a_doubted_claim_took_are_those_it_started_at_its_time_alone() 
 
     assert [c.run_id for c in leases.unstarted_claims("r1", [at], running=[])] == [taken.pk]
     assert leases.unstarted_claims("r1", [at], running=[taken.pk]) == []
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_renewing_leases_holds_one_run_at_a_time_so_a_journal_batch_never_deadlocks_with_it() -> None:
+    """bench/soak.py found it: one UPDATE renewing every lease locked run A, then waited for run B,
+    which the journal writer's batch held while it waited for A: a deadlock."""
+    from django.db import OperationalError
+
+    from tests.support.procs import wait_for
+
+    a, b = (
+        factories.RunFactory(status="running", lease_owner="r1", lease_expires_at=timezone.now())
+        for _ in range(2)
+    )
+    renewed: dict[str, Any] = {}
+
+    def renew() -> None:
+        try:
+            renewed["held"] = leases.renew_leases("r1", [a.pk, b.pk])
+        except BaseException as exc:  # shown by the assertion below
+            renewed["error"] = exc
+        finally:
+            connection.close()
+
+    def renewal_waits() -> bool:
+        with connection.cursor() as cursor:
+            # Inside a transaction pg_stat_activity is read once and cached: read it afresh.
+            cursor.execute("SELECT pg_stat_clear_snapshot()")
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+            )
+            return cursor.fetchone()[0] > 0
+
+    with transaction.atomic():
+        # The writer's batch: it holds run B (its seqs taken) and will take run A next.
+        Run.objects.filter(pk=b.pk).update(last_seq=b.last_seq + 1)
+        renewer = threading.Thread(target=renew)
+        renewer.start()
+        wait_for(lambda: renewal_waits() or renewed, 10, what="the renewal to wait for run B")
+        assert not renewed, f"the renewal did not wait for run B: {renewed}"
+        try:
+            Run.objects.select_for_update(nowait=True).get(pk=a.pk)
+        except OperationalError as exc:
+            raise AssertionError(f"the renewal holds run A while it waits for run B: {exc}") from exc
+    renewer.join(10)
+    assert renewed["held"] == {a.pk, b.pk}
+    assert Run.objects.filter(pk__in=[a.pk, b.pk], lease_expires_at__gt=timezone.now()).count() == 2

@@ -428,3 +428,55 @@ def test_a_huge_answer_is_indexed_up_to_its_limit(
     assert len(document.answer) == search.ANSWER_MAX
     assert run_ids(find(api, "early")) == [run.pk]
     assert find(api, "late")["total"] == 0
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_indexing_a_run_waits_for_its_session_lock_without_holding_the_run_against_it(session: Any) -> None:
+    """bench/soak.py found it: the document's insert locked the run (a foreign-key check) and then
+    waited for the session, while a cancel held the session and waited for the run: a deadlock."""
+    import threading
+
+    from django.db import OperationalError, connections, transaction
+
+    from projects.models import Session
+
+    run = start_run(session, "cancel racing the end", "the end")
+    settle(run)
+    SearchDocument.objects.filter(run=run).delete()  # the first insert is the one that raced
+    failures: list[BaseException] = []
+
+    def index() -> None:
+        try:
+            search.index_run(run.pk)
+        except BaseException as exc:  # shown by the assertion below
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    with transaction.atomic():
+        Session.objects.lock(session.pk)  # as do_cancel, finish_run and every intent action do
+        indexer = threading.Thread(target=index)
+        indexer.start()
+
+        def indexer_waits() -> bool:
+            with connection.cursor() as cursor:
+                # Inside a transaction pg_stat_activity is read once and cached: read it afresh.
+                cursor.execute("SELECT pg_stat_clear_snapshot()")
+                cursor.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
+                )
+                return cursor.fetchone()[0] > 0
+
+        from tests.support.procs import wait_for
+
+        wait_for(indexer_waits, 10, what="the indexer to wait for the session's lock")
+        try:
+            # do_cancel's next step: the run, under the session's lock. Before the fix the
+            # indexer held the run's key here, and this waited on it (a deadlock).
+            Run.objects.select_for_update(nowait=True).get(pk=run.pk)
+        except OperationalError as exc:
+            raise AssertionError(f"the indexer holds the run while it waits for the session: {exc}") from exc
+    indexer.join(10)
+    assert not failures and SearchDocument.objects.filter(run=run).exists()

@@ -226,10 +226,15 @@ def unstarted_claims(
 
 
 def renew_leases(runner_id: str, run_ids: list[int]) -> set[int]:
-    """Extend our leases; returns the runs we still hold (a reaper may have taken some)."""
-    held = Run.objects.executing().filter(pk__in=run_ids, lease_owner=runner_id)
-    held.update(lease_expires_at=_lease_until())
-    return set(held.values_list("pk", flat=True))
+    """Extend our leases; returns the runs we still hold (a reaper may have taken some).
+
+    A statement (and transaction) per run: one UPDATE of them all locked the rows in its scan's
+    order while the journal writer's batch locks them in its own, and the two deadlocked
+    (bench/soak.py). Holding one row at a time, the renewal is never part of a cycle.
+    """
+    until = _lease_until()
+    mine = Run.objects.executing().filter(lease_owner=runner_id)
+    return {run_id for run_id in run_ids if mine.filter(pk=run_id).update(lease_expires_at=until)}
 
 
 def _pid_alive(pid: int) -> bool:
