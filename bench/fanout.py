@@ -98,6 +98,9 @@ async def _emit(args: argparse.Namespace) -> dict[str, Any]:
     measure_from = start + args.warmup
     measure_to = start + args.warmup + args.seconds
     durations: list[float] = []
+    # Each measured event's emit time and its append's duration: a viewer's latency minus it is
+    # what the server added after the publish (the emitter's commit tail is no server's).
+    appends: list[tuple[float, float]] = []
     emitted = measured = 0
     for tick in range(ticks):
         delay = start + tick * interval - time.time()
@@ -111,6 +114,8 @@ async def _emit(args: argparse.Namespace) -> dict[str, Any]:
         ]
         await append_async(events)
         durations.append(time.time() - now)
+        if inside:
+            appends.append((now, durations[-1]))
         emitted += args.batch
         measured += args.batch if inside else 0
     end = time.time()
@@ -123,6 +128,7 @@ async def _emit(args: argparse.Namespace) -> dict[str, Any]:
         "achieved_rate": emitted / (end - start),
         "append_p50_ms": 1000 * S.percentile(durations, 50),
         "append_p99_ms": 1000 * S.percentile(durations, 99),
+        "appends": appends,
     }
 
 
@@ -132,6 +138,7 @@ async def _emit(args: argparse.Namespace) -> dict[str, Any]:
 @dataclass
 class Tally:
     latencies: list[float] = field(default_factory=list)  # seconds, measured-window events only
+    sent: list[float] = field(default_factory=list)  # each latency's emit time (the event's `t`)
     buckets: dict[int, int] = field(default_factory=dict)  # 10 ms receive-time bucket → event frames
     events: int = 0
     terminals: int = 0
@@ -153,6 +160,7 @@ class Tally:
                 data = event["payload"]
                 if data.get("w"):
                     self.latencies.append(now - data["t"])
+                    self.sent.append(data["t"])
                 if event["terminal"]:
                     self.terminals += 1
         elif kind == "session":
@@ -179,6 +187,9 @@ class Case:
     server_cpu: float
     client_cpu: float
     emitter: dict[str, Any]
+    # Latency minus the event's own append (commit + publish): what delivery added after it.
+    after_append_p50_ms: float = float("nan")
+    after_append_p99_ms: float = float("nan")
 
 
 class Server:
@@ -262,6 +273,13 @@ async def run_case(
     for client in clients:
         client.close()
     latencies = [lat for t in tallies for lat in t.latencies]
+    took = {sent: seconds for sent, seconds in info.pop("appends")}
+    after = [
+        lat - took[sent]
+        for t in tallies
+        for lat, sent in zip(t.latencies, t.sent, strict=True)
+        if sent in took
+    ]
     window = info["t1"] - info["t0"]
     frames = sum(t.frames_between(info["t0"], info["t1"]) for t in tallies)
     expected = (info["emitted"] + 1) * viewers
@@ -281,6 +299,8 @@ async def run_case(
         server_cpu=cpu_server,
         client_cpu=cpu_client,
         emitter=info,
+        after_append_p50_ms=1000 * S.percentile(after, 50) if after else float("nan"),
+        after_append_p99_ms=1000 * S.percentile(after, 99) if after else float("nan"),
     )
 
 
@@ -309,6 +329,7 @@ def main() -> None:
     parser.add_argument("--throughput-viewers", type=int, help="viewers for the saturation case (200)")
     parser.add_argument("--throughput-rate", type=float, default=2000.0, help="events/s offered (2000)")
     parser.add_argument("--throughput-batch", type=int, default=50, help="events per append (50)")
+    parser.add_argument("--no-saturation", action="store_true", help="the latency cases only")
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--profile", type=Path, help="py-spy the hermesweb web process per case into DIR")
     parser.add_argument("--json", help="append result rows to this file (bench/run)")
@@ -330,7 +351,8 @@ def main() -> None:
         # shared machine drifts, and a baseline is only comparable when measured alongside.
         servers = [Server(variant, bench, log_dir) for variant in variants]
         plan = [(f"lat{n}", n, args.rate, 1) for n in viewers]
-        plan.append(("tp", tp_viewers, args.throughput_rate, args.throughput_batch))
+        if not args.no_saturation:
+            plan.append(("tp", tp_viewers, args.throughput_rate, args.throughput_batch))
         try:
             for key, n, rate, batch in plan:
                 for server in servers:
@@ -348,7 +370,8 @@ def main() -> None:
             f"{variant:9} {key:6} p50 {case.p50_ms:7.2f} ms  p99 {case.p99_ms:8.2f} ms  "
             f"{case.frames_per_s:9.0f} frames/s (offered {case.offered_per_s:.0f})  lost {case.lost}  "
             f"server CPU {case.server_cpu:.0f}%  client CPU {case.client_cpu:.0f}%  "
-            f"append p50 {case.emitter['append_p50_ms']:.2f} ms"
+            f"append p50 {case.emitter['append_p50_ms']:.2f} ms  "
+            f"after it p50 {case.after_append_p50_ms:.2f} ms p99 {case.after_append_p99_ms:.2f} ms"
         )
     S.emit(rows(cases, viewers, args.rate, tp_viewers, args.throughput_rate), args.json)
 
@@ -381,7 +404,10 @@ def rows(
                     ceiling_value=get("raw", key, attr),
                     note=(
                         f"of which the emitter's append (commit + publish): p50 "
-                        f"{case.emitter['append_p50_ms']:.1f} ms, p99 {case.emitter['append_p99_ms']:.1f} ms"
+                        f"{case.emitter['append_p50_ms']:.1f} ms, "
+                        f"p99 {case.emitter['append_p99_ms']:.1f} ms; "
+                        f"after the append p99 {case.after_append_p99_ms:.1f} ms"
+                        f" (raw websockets {get('raw', key, 'after_append_p99_ms'):.1f} ms)"
                         if case and pct == "p99"
                         else ""
                     ),

@@ -13,7 +13,7 @@ so neither pays for spawning the agent or session/new. Overhead = hermesweb - ba
 the median and p90 of --turns turns each way. Turns through hermesweb start PAUSE_SECONDS after
 the previous one ended.
 
-usage: python bench/ttft.py [--turns 20] [--quick] [--via both|socket|post] [--json FILE]
+usage: python bench/ttft.py [--turns 20] [--quick] [--via both|socket|post] [--sidebar] [--json FILE]
 """
 
 from __future__ import annotations
@@ -126,7 +126,13 @@ VIAS = ("socket", "post")
 
 
 async def through_hermesweb(
-    turns: int, port: int, cookie: str, token: str, session_id: int, vias: tuple[str, ...] = VIAS
+    turns: int,
+    port: int,
+    cookie: str,
+    token: str,
+    session_id: int,
+    vias: tuple[str, ...] = VIAS,
+    sidebar: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Turns alternate between the ways in: the composer's socket, and a script's POST."""
     import orjson
@@ -154,6 +160,8 @@ async def through_hermesweb(
         port, f"/ws/sessions/{session_id}/", on_frame, cookie=cookie, origin=f"http://127.0.0.1:{port}"
     )
     client.send_json({"type": "subscribe", "after": {}})
+    if sidebar:  # as the workbench page does: its sidebar follows the user's sessions
+        client.send_json({"type": "sessions"})
     while "snapshot" not in marks:
         await asyncio.sleep(0.01)
     http = http_client(port)
@@ -281,6 +289,11 @@ def main() -> None:
     parser.add_argument("--turns", type=int, help="measured turns each way (20; 5 with --quick)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--profile", type=Path, help="py-spy the web and runner processes into DIR")
+    parser.add_argument(
+        "--sidebar",
+        action="store_true",
+        help="the viewer's socket also follows the user's sessions (a `sessions` frame), as the page does",
+    )
     parser.add_argument("--json", help="append result rows to this file (bench/run)")
     parser.add_argument(
         "--via",
@@ -309,7 +322,7 @@ def main() -> None:
             spies.append(S.start_profile(pid, 3600, args.profile / f"ttft-{name}.txt"))
     try:
         S.log(f"ttft: {turns} turns through hermesweb")
-        hermesweb = asyncio.run(through_hermesweb(turns, port, cookie, token, session.pk, vias))
+        hermesweb = asyncio.run(through_hermesweb(turns, port, cookie, token, session.pk, vias, args.sidebar))
     finally:
         for spy in spies:
             if spy is not None:

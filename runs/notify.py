@@ -65,6 +65,14 @@ _owners: dict[int, Any] = {}
 OWNERS_CACHED_MAX = 10_000
 
 
+def cached_owners(session_ids: set[int]) -> set[Any] | None:
+    """The owners of these sessions if this process knows them all, else None (no query)."""
+    try:
+        return {_owners[pk] for pk in session_ids}
+    except KeyError:
+        return None
+
+
 def session_owners(session_ids: set[int]) -> set[Any]:
     """The owners of these sessions (sync); a session deleted meanwhile has none."""
     from projects.models import Session  # runs.notify is imported by the models' own modules

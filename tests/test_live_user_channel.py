@@ -7,6 +7,7 @@ without. Another user's sessions never appear. Design note: docs/live-delivery.m
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from pathlib import Path
@@ -68,6 +69,44 @@ def user_socket(live: LiveStack, cookie: str) -> LiveSocket:
         open_timeout=30,
     )
     return LiveSocket(live.sockets.enter_context(ws))
+
+
+# ---------------------------------------------------------------- the rings
+
+
+def test_the_rings_of_a_turns_start_make_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The submit rings, and run.started rings a few ms later: one read of the states, after
+    # both, rather than one beside the runner's claim and another beside the first token.
+    from runs.live import user_feed
+
+    reads: list[int] = []
+
+    def counted(user_id: Any) -> dict[int, Any]:
+        reads.append(user_id)
+        return {}
+
+    monkeypatch.setattr(user_feed, "read_states", counted)
+    monkeypatch.setattr(user_feed, "RING_COALESCE_SECONDS", 1.0)  # far longer than two loop turns
+
+    async def sent(frame: str) -> None:
+        return None
+
+    async def until_settled(feed: user_feed.UserFeed) -> None:
+        # A read after the join's, and none under way or rung for since.
+        while len(reads) < 2 or feed.wake.is_set() or feed.lock.locked():
+            await asyncio.sleep(0.01)
+
+    async def scenario() -> None:
+        feed = user_feed.UserFeed(7)
+        await feed.join(sent)  # the joining socket's snapshot: read 1
+        feed.ring()
+        await asyncio.sleep(0)  # without the window, read 2 is under way by now
+        feed.ring()  # and this one would make read 3
+        await asyncio.wait_for(until_settled(feed), 30)
+        feed.leave(sent)
+
+    asyncio.run(scenario())
+    assert reads == [7, 7]
 
 
 # ---------------------------------------------------------------- the read

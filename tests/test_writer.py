@@ -142,6 +142,37 @@ def test_the_first_delta_after_run_started_is_not_held_for_the_window() -> None:
     assert [t for t, _ in rows(run)] == ["run.started", "token.delta", "token.delta"]
 
 
+def test_the_first_token_does_not_wait_for_run_starteds_sidebar_doorbell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # run.started rings its owner's sidebar doorbell (a lookup and a publish); awaited under
+    # the writer's lock, it held back the turn's first token. Here the ring never finishes.
+    from runs import notify
+
+    run = factories.RunFactory(status="running")
+    owner = run.session.project.owner_id
+    rung: list[set[Any]] = []
+
+    async def hung_ring(user_ids: set[Any]) -> None:
+        rung.append(set(user_ids))
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(notify, "apublish_user_sessions_changed", hung_ring)
+
+    async def scenario() -> None:
+        writer = JournalWriter(run.pk, window_ms=60_000)
+        writer.add([NewEvent("run.started", {"status": "running"})])
+        writer.add([delta("ok")])  # nothing of it held back (see the window test above)
+        await asyncio.wait_for(writer.flush(), 10)  # the group path (plain events)
+        status = NewEvent("status", {"status": "running"})
+        await asyncio.wait_for(writer.flush([status], also=lambda: None), 10)  # a transaction of its own
+        await until(lambda: len(rung) == 2)  # and the doorbell was rung, each time, after commit
+
+    asyncio.run(scenario())
+    assert [t for t, _ in rows(run)] == ["run.started", "token.delta", "status"]
+    assert rung == [{owner}, {owner}]
+
+
 def test_finish_writes_the_terminal_event_last() -> None:
     run = factories.RunFactory(status="running")
 

@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 Send = Callable[[str], Awaitable[None]]
 
+# One read for the rings of a turn's start (the submit's, then run.started's a few ms later),
+# taken after the runner's claim and first token rather than beside them, on the same database.
+RING_COALESCE_SECONDS = 0.025
+
 
 def poll_seconds() -> float:
     if settings.REDIS_URL and not layer_down():
@@ -68,6 +72,7 @@ class UserFeed:
     async def _loop(self) -> None:
         while True:
             await self.wake.wait()
+            await asyncio.sleep(RING_COALESCE_SECONDS)
             self.wake.clear()  # rings during the read below make one more read, not one each
             try:
                 await self.refresh()

@@ -92,13 +92,31 @@ def changes_sidebar(batch: Sequence[NewEvent]) -> bool:
 
 async def ring_owners(session_ids: set[int]) -> None:
     """After commit: the sessions' owners' sockets read their sessions' states again."""
-    try:
-        owners = await in_db_thread(notify.session_owners)(session_ids)
-    except (OperationalError, InterfaceError):
-        # A doorbell, not the truth: the next ring or the web's poll brings the state.
-        log.warning("sessions %s: the owners' doorbell was not rung", sorted(session_ids), exc_info=True)
-        return
+    # Known owners (every session after its first ring) cost no thread hop.
+    owners = notify.cached_owners(session_ids)
+    if owners is None:
+        try:
+            owners = await in_db_thread(notify.session_owners)(session_ids)
+        except (OperationalError, InterfaceError):
+            # A doorbell, not the truth: the next ring or the web's poll brings the state.
+            log.warning("sessions %s: the owners' doorbell was not rung", sorted(session_ids), exc_info=True)
+            return
     await notify.apublish_user_sessions_changed(owners)
+
+
+_rings: set[asyncio.Task[None]] = set()  # held: the loop keeps only a weak reference
+
+
+def ring_owners_soon(session_ids: set[int]) -> None:
+    """ring_owners in a task: the journal's writes and the run's next flush do not wait for it.
+
+    The ring only makes the owners' sockets read the states again, after a commit that has
+    happened; its order against the journal's notifications does not matter. Awaited, it held
+    the run's writer lock, so a turn's first token waited behind run.started's ring.
+    """
+    task = asyncio.get_running_loop().create_task(ring_owners(session_ids))
+    _rings.add(task)
+    task.add_done_callback(_rings.discard)
 
 
 class Written(NamedTuple):
@@ -207,7 +225,7 @@ class JournalWriter:
                     written.session_id, self.run_id, journal.envelopes(written.rows, written.session_id)
                 )
                 if run_updates or changes_sidebar(batch):
-                    await ring_owners({written.session_id})
+                    ring_owners_soon({written.session_id})
             return written.rows
 
     def _take(self) -> list[NewEvent]:
@@ -443,7 +461,7 @@ class GroupCommit:
                     if not isinstance(result, BaseException) and result.to_publish and changes_sidebar(batch)
                 }
                 if rung:
-                    await ring_owners(rung)
+                    ring_owners_soon(rung)
                 for (_, _, future), result in zip(group, results, strict=True):
                     if future.done():
                         continue  # its flush was cancelled; the rows are written all the same
