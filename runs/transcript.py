@@ -27,24 +27,61 @@ def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, An
     the same events twice (a replay overlap) changes nothing: events at or
     below the last applied seq are skipped.
     """
-    state = empty_state()
-    # A stream's consecutive deltas are joined once, then applied: `+=` on a dict's string copies
-    # the whole text each time, which made a long run's fold quadratic (bench/README, round eleven).
-    stream: list[dict[str, Any]] = []
+    fold = Fold()
     for event in events:
+        fold.add(event)
+    return fold.finish()
+
+
+class Fold:
+    """A state folded event by event, in time linear in the run's text.
+
+    A stream's consecutive deltas are joined once, then applied: `+=` on a dict's string copies
+    the whole text each time, which made a long run's fold quadratic (bench/README, round eleven).
+    """
+
+    def __init__(self) -> None:
+        self.state = empty_state()
+        self.stream: list[dict[str, Any]] = []
+        # The run's whole text and reasoning, joined once in `finish`: a tool event between every
+        # few deltas would otherwise copy all the text so far each time.
+        self.parts: dict[str, list[str]] = {"text": [], "reasoning": []}
+
+    def add(self, event: JournalEvent | dict[str, Any]) -> None:
         ev = _as_dict(event)
-        if ev["seq"] <= (stream[-1]["seq"] if stream else state["last_seq"]):
-            continue
-        if stream and _stream_key(ev) != _stream_key(stream[-1]):
-            _apply_stream(state, stream)
-            stream = []
-        if _stream_key(ev) is not None:
-            stream.append(ev)
+        stream = self.stream
+        if ev["seq"] <= (stream[-1]["seq"] if stream else self.state["last_seq"]):
+            return
+        key = _stream_key(ev)
+        if stream and key != _stream_key(stream[-1]):
+            self._apply_stream()
+        if key is not None:
+            self.stream.append(ev)
         else:
-            apply_event(state, ev)
-    if stream:
-        _apply_stream(state, stream)
-    return state
+            apply_event(self.state, ev)
+
+    def finish(self) -> dict[str, Any]:
+        """The state with every event added so far applied."""
+        self._apply_stream()
+        for key, parts in self.parts.items():
+            if parts:
+                self.state[key] += "".join(parts)
+                parts.clear()
+        return self.state
+
+    def _apply_stream(self) -> None:
+        stream, self.stream = self.stream, []
+        if not stream:
+            return
+        last = stream[-1]
+        if len(stream) > 1:
+            delta = "".join((ev.get("payload") or {}).get("delta", "") for ev in stream)
+            last = {**last, "payload": {**(last.get("payload") or {}), "delta": delta}}
+        key = "text" if last["type"] == EventType.TOKEN_DELTA else "reasoning"
+        before, self.state[key] = self.state[key], ""
+        apply_event(self.state, last)
+        self.parts[key].append(self.state[key])
+        self.state[key] = before
 
 
 def _stream_key(ev: dict[str, Any]) -> tuple[str, Any] | None:
@@ -54,14 +91,6 @@ def _stream_key(ev: dict[str, Any]) -> tuple[str, Any] | None:
     if ev["type"] == EventType.REASONING_DELTA:
         return ("reasoning", payload.get("reasoning_id"))
     return None
-
-
-def _apply_stream(state: dict[str, Any], stream: list[dict[str, Any]]) -> None:
-    last = stream[-1]
-    if len(stream) > 1:
-        delta = "".join((ev.get("payload") or {}).get("delta", "") for ev in stream)
-        last = {**last, "payload": {**(last.get("payload") or {}), "delta": delta}}
-    apply_event(state, last)
 
 
 def empty_state() -> dict[str, Any]:
@@ -237,15 +266,15 @@ def _materialize_within(run: Run, budget: int) -> tuple[dict[str, Any], int, boo
 
     A cut never falls inside the compacted range: a cursor there could not be read on from.
     """
-    state, used = empty_state(), 0
+    fold, used = Fold(), 0
     events = JournalEvent.objects.filter(run=run).order_by("seq").only("seq", "type", "payload", "terminal")
     for event in events.iterator(chunk_size=500):
         size = len(orjson.dumps(event.payload))
         if used + size > budget and event.seq > run.compacted_through:
-            return state, used, False
-        apply_event(state, event)
+            return fold.finish(), used, False
+        fold.add(event)
         used += size
-    return state, used, True
+    return fold.finish(), used, True
 
 
 class TranscriptPage(NamedTuple):

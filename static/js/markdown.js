@@ -192,8 +192,111 @@ export function showMarkdown(container, text) {
   return patchBlocks(container, renderMarkdown(text));
 }
 
+// Make `container` show `fragment` after its first `keep` nodes, as patchBlocks does.
+function patchFrom(container, keep, fragment) {
+  const old = [...container.childNodes].slice(keep);
+  const fresh = [...fragment.childNodes];
+  let same = 0;
+  while (same < old.length && same < fresh.length && (rawOf.get(old[same]) ?? old[same]).isEqualNode(fresh[same])) same++;
+  for (const node of old.slice(same)) node.remove();
+  container.append(...fresh.slice(same).map(decorated));
+  return fresh.length - same;
+}
+
+// A line after which a new top-level block cannot belong to the block before it, whatever the
+// text goes on with: not indented (code, a list item's body), not a list marker, quote or
+// reference definition (a list, a quote, a lazy line could carry on across the blank line).
+const FRESH_BLOCK_START = /^[^\s>*+\-0-9[|`~]/;
+// Frozen nodes are moved into chunks of this many, each laid out only near the view (CSS
+// content-visibility): a long answer's frame then lays out its last blocks, not all of them.
+const CHUNK_NODES = 64;
+
+// A streaming text's markdown, rendered in time bounded by its last blocks rather than all of
+// it (issue 24: a long answer streaming at hundreds of deltas a second). The blocks before the
+// last "stable" boundary (a blank line followed by a fresh block, outside any fence) are
+// frozen: their nodes stay and their text is not parsed again. Link reference definitions seen
+// so far carry over. The server's rendering laid over it when the turn settles is the final word.
+export class LiveMarkdown {
+  constructor(container) {
+    this.container = container;
+    this.text = '';
+    this.frozenChars = 0; // text[0:frozenChars] is rendered into the first frozenNodes nodes
+    this.frozenNodes = 0;
+    this.references = {};
+    this.renders = 0;
+  }
+
+  // How much of `text` the next show() parses again.
+  unfrozen(text) {
+    return text.length - this.frozenChars;
+  }
+
+  show(text) {
+    const redrawn = this.container.childNodes.length < this.frozenNodes;
+    if (redrawn || !text.startsWith(this.text.slice(0, this.frozenChars))) {
+      // Not a continuation (a new text, or the container was redrawn): start over.
+      this.frozenChars = this.frozenNodes = 0;
+      this.references = {};
+    }
+    this.text = text;
+    this.renders += 1;
+    this.container.dataset.liveRenders = String(this.renders);
+    const tail = text.slice(this.frozenChars);
+    const env = { references: { ...this.references } };
+    const tokens = tail ? md.parse(tail, env) : [];
+    const cut = tail.includes('\r') ? 0 : stableCut(tail, tokens);
+    const head = cut ? sanitize(md.renderer.render(tokens.slice(0, cut.index), md.options, env)) : null;
+    const rest = sanitize(md.renderer.render(cut ? tokens.slice(cut.index) : tokens, md.options, env));
+    const headCount = head ? head.childNodes.length : 0;
+    if (head) head.append(rest);
+    const changed = patchFrom(this.container, this.frozenNodes, head || rest);
+    if (cut) {
+      this.frozenNodes += headCount;
+      this.frozenChars += cut.offset;
+      this.references = env.references || {};
+      this.chunk();
+    }
+    return changed;
+  }
+
+  // Wrap the frozen nodes not in a chunk yet in chunks of CHUNK_NODES (the rest waits for more).
+  chunk() {
+    const nodes = [...this.container.childNodes].slice(0, this.frozenNodes);
+    let first = 0;
+    while (first < nodes.length && nodes[first].classList?.contains('md-chunk')) first++;
+    let chunks = first;
+    for (; nodes.length - first >= CHUNK_NODES; first += CHUNK_NODES, chunks++) {
+      const chunk = h('div', { class: 'md-chunk' });
+      nodes[first].before(chunk);
+      chunk.append(...nodes.slice(first, first + CHUNK_NODES));
+    }
+    this.frozenNodes = chunks + (nodes.length - first);
+  }
+}
+
+// The last top-level block that starts a fresh block after a blank line: {index of its first
+// token, offset of its first line in `text`}, or null. The block it starts stays live.
+function stableCut(text, tokens) {
+  let lines = null;
+  for (let index = tokens.length - 1; index > 0; index--) {
+    const token = tokens[index];
+    if (token.level !== 0 || token.nesting === -1 || !token.map) continue;
+    const line = token.map[0];
+    if (line < 1) return null;
+    lines ??= text.split('\n');
+    if (lines[line - 1].trim() !== '' || !FRESH_BLOCK_START.test(lines[line])) continue;
+    let offset = 0;
+    for (let i = 0; i < line; i++) offset += lines[i].length + 1;
+    return { index, offset };
+  }
+  return null;
+}
+
 // Show the HTML the server rendered for a settled turn (read from an inert document);
 // it is sanitized here again all the same. Blocks equal to the live render stay as they are.
 export function showServerHtml(container, html) {
+  // A long live text's frozen blocks sit in chunks (LiveMarkdown): back to the flat list the
+  // server's HTML is, so that equal blocks are kept.
+  for (const chunk of container.querySelectorAll(':scope > .md-chunk')) chunk.replaceWith(...chunk.childNodes);
   return patchBlocks(container, sanitize(html));
 }

@@ -55,7 +55,19 @@ export class SessionController {
     };
     // Follow the stream only while the reader is at the bottom; a reader who scrolled up stays put.
     this.stick = true;
-    els.scroller.addEventListener('scroll', () => (this.stick = this.atBottom()), { passive: true });
+    this.autoScrollTop = 0; // where scrollToBottom last put the view
+    // Only the reader moving up unsticks: text laid out below the view (its size known only once
+    // shown: .md.plain's content-visibility, chunks) moves the bottom away without anyone scrolling.
+    els.scroller.addEventListener(
+      'scroll',
+      () => {
+        this.stick = this.atBottom() || els.scroller.scrollTop >= this.autoScrollTop - 2;
+        if (!this.stick) this.autoScrollTop = Infinity; // from here, only the bottom sticks again
+      },
+      { passive: true },
+    );
+    // The transcript grew after layout (rendered markdown, text sized once shown): stay at the bottom.
+    new ResizeObserver(() => this.stick && this.scrollToBottom()).observe(els.transcript);
     // Scrolling up to the top reads the next older page, as the button does.
     els.scroller.addEventListener('scroll', () => els.scroller.scrollTop < 80 && this.loadEarlier(), { passive: true });
     composer.setDefaultMode(this.project?.running_default);
@@ -117,10 +129,8 @@ export class SessionController {
   // Merge the server's transcript: new turns are added, turns the server has
   // further along catch up from the journal, turns we are ahead on are kept.
   async loadTranscript({ replace = false, withFragments = false, initial = false } = {}) {
-    const [transcript, fragments] = await Promise.all([
-      api.transcript(this.sessionId),
-      withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : Promise.resolve(new Map()),
-    ]);
+    const fragmentsRead = withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : null;
+    const transcript = await api.transcript(this.sessionId);
     // More turns than a page began while we were away: the newest page does not reach ours, start over from it.
     const gap = transcript.has_more && this.turns.size > 0 && !transcript.turns.some((turn) => this.turns.has(turn.run_id));
     if (initial || replace || gap) this.setEarlier(transcript);
@@ -136,15 +146,24 @@ export class SessionController {
         this.repair(view);
       }
     }
-    this.applyFragments(fragments);
     this.session.title = transcript.title;
     this.session.status = transcript.status;
     this.session.active_run_id = transcript.active_run_id;
     this.intents.setIntents(transcript.intents);
     for (const view of this.turns.values()) this.drainBuffered(view);
-    this.requestFragments();
     this.refresh();
     this.scrollToBottom(initial || replace);
+    // The turns are usable as drawn (plain text until their markdown comes): the rendered
+    // fragments are laid over them when they arrive, without holding up the page (issue 25).
+    if (fragmentsRead) fragmentsRead.then((fragments) => this.onFragments(fragments, initial || replace));
+    else this.requestFragments();
+  }
+
+  onFragments(fragments, scroll) {
+    const stick = scroll && this.stick;
+    this.applyFragments(fragments);
+    this.requestFragments();
+    if (stick) this.scrollToBottom();
   }
 
   // Apply rendered turns; how many turns were settled by it (rendered, or found too large to).
@@ -153,7 +172,7 @@ export class SessionController {
     for (const [runId, section] of sections) {
       const view = this.turns.get(runId);
       if (!view) continue;
-      if (section.hasAttribute('data-too-large')) {
+      if (section.hasAttribute('data-too-large') && view.terminal) {
         // Too large to render in one answer: the turn keeps its plain text.
         view.el.dataset.rendered = 'plain';
         this.needsFragment.delete(runId);
@@ -545,6 +564,7 @@ export class SessionController {
     if (!force && !this.stick) return;
     this.stick = true;
     this.els.scroller.scrollTop = this.els.scroller.scrollHeight;
+    this.autoScrollTop = this.els.scroller.scrollTop;
   }
 
   // ---------------------------------------------------------------- turn navigation

@@ -9,7 +9,7 @@
 import { renderAttachmentList } from './attachments.js';
 import { copyText, formatTokens, h, humanize, pretty, swap } from './dom.js';
 import { renderDiff } from './diff.js';
-import { showMarkdown, showServerHtml } from './markdown.js';
+import { LiveMarkdown, showMarkdown, showServerHtml } from './markdown.js';
 import { applyEvent, emptyState, relink } from './runstate.js';
 
 // A tool's text longer than this is shown folded, with "Show all".
@@ -17,6 +17,24 @@ const FOLD_LINES = 12;
 const FOLD_CHARS = 2400;
 // A live render may take at most 1/LIVE_BUDGET of the time: a huge text re-renders less often.
 const LIVE_BUDGET = 6;
+
+// Text drawn plain (a settled turn waiting for the server's rendering, or a finished segment of
+// a turn loaded part-way) gets the browser's markdown only when it comes near the view, so a
+// long turn costs what is on screen, not all of its text. The server's rendering, when it comes
+// first, makes this moot.
+const lazyJobs = new WeakMap();
+const lazyMarkdown = new IntersectionObserver(
+  (entries) => {
+    for (const entry of entries) {
+      if (!entry.isIntersecting) continue;
+      lazyMarkdown.unobserve(entry.target);
+      const job = lazyJobs.get(entry.target);
+      lazyJobs.delete(entry.target);
+      if (job && !entry.target.classList.contains('rendered')) job();
+    }
+  },
+  { rootMargin: '1200px 0px' },
+);
 
 const SOURCE_LABELS = {
   queue: 'from the queue',
@@ -67,7 +85,8 @@ export class TurnView {
     this.controlMessages = new Map();
     this.busy = new Set();
     this.expanded = new Set(); // folded tool outputs and diff context the user opened
-    this.liveCost = new Map(); // text item → {at, cost} of its last live render
+    this.liveCost = new Map(); // text item → {at, cost, parsed} of its last live render
+    this.live = new Map(); // text item → its LiveMarkdown
     this.deferred = new Set();
     this.settledAtStart = !!this.state.terminal;
     this.el = this.build();
@@ -201,12 +220,37 @@ export class TurnView {
   renderLive(item, node) {
     const now = performance.now();
     const last = this.liveCost.get(item);
-    if (last && now - last.at < last.cost * LIVE_BUDGET) {
+    let live = this.live.get(item);
+    // What the next render parses: the text after the frozen blocks (markdown.js LiveMarkdown).
+    // A render that froze most of a long text costs far less than the one before it.
+    const parse = live?.container === node ? live.unfrozen(item.text) : item.text.length;
+    const share = Math.min(1, parse / Math.max(last?.parsed ?? 1, 1));
+    if (last && now - last.at < last.cost * share * LIVE_BUDGET) {
       this.deferred.add(item);
       return;
     }
-    showMarkdown(node, item.text);
-    this.liveCost.set(item, { at: performance.now(), cost: performance.now() - now });
+    if (live?.container !== node) {
+      live = new LiveMarkdown(node);
+      this.live.set(item, live);
+    }
+    if (node.classList.contains('plain')) {
+      // Drawn plain at first, streaming again now: it is live from here on.
+      lazyJobs.delete(node);
+      node.classList.replace('plain', 'live');
+    }
+    live.show(item.text);
+    this.liveCost.set(item, { at: performance.now(), cost: performance.now() - now, parsed: parse });
+  }
+
+  // A text shown plain for now: rendered as markdown in the browser once it nears the view.
+  drawLazily(item) {
+    const node = h('div', { class: 'md plain', text: item.text });
+    lazyJobs.set(node, () => {
+      showMarkdown(node, item.text);
+      node.classList.replace('plain', 'live'); // rendered in the browser, as a streaming text is
+    });
+    lazyMarkdown.observe(node);
+    return node;
   }
 
   renderItem(item, index) {
@@ -277,6 +321,7 @@ export class TurnView {
       node.classList.remove('live', 'plain');
       node.classList.add('rendered');
       this.liveCost.delete(item);
+      this.live.delete(item);
     }
     this.rendered = true;
   }
@@ -328,9 +373,12 @@ const RENDERERS = {
   text: (item, view) => {
     // A turn that was already settled when it was drawn gets the server's rendering in the same
     // task (loadTranscript) or right after: rendering it here too would be wasted on a long session.
-    if (view.settledAtStart) return h('div', { class: 'md plain', text: item.text });
+    // So is a text already followed by something else (a turn loaded mid-way, a replay): only
+    // the text still streaming renders now.
+    const streaming = !view.terminal && view.state.items[view.state.items.length - 1] === item;
+    if (view.settledAtStart || !streaming) return view.drawLazily(item);
     const node = h('div', { class: 'md live' });
-    showMarkdown(node, item.text);
+    view.renderLive(item, node);
     return node;
   },
   reasoning: (item) =>
