@@ -133,7 +133,10 @@ def test_the_sidebar_searches_renames_deletes_and_makes_sessions(workbench: Work
     page.wait_for_selector("#workbench[data-ready='true']")
     assert not page.url.endswith(f"/sessions/{alpha.pk}/")
     assert Session.objects.filter(project=project).count() == 2
-    assert page.locator("[data-role=title]").inner_text() == "New session"
+    fresh = Session.objects.filter(project=project).exclude(pk=alpha.pk).get()
+    # The header names an untitled session as the sidebar does.
+    assert page.locator("[data-role=title]").inner_text() == f"Untitled session {fresh.pk}"
+    sidebar.locator(f".session[data-session-id='{fresh.pk}']", has_text=f"Untitled session {fresh.pk}").wait_for()
 
 
 def test_launching_a_workflow_starts_a_turn_in_a_new_session(workbench: Workbench, project: Any) -> None:

@@ -544,7 +544,8 @@ export class SessionController {
   titleText() {
     let fromRun = null;
     for (const view of this.turns.values()) if (view.state.title) fromRun = view.state.title;
-    return this.session.title || this.agentTitle || fromRun || 'New session';
+    // The sidebar's name for an untitled session, so the header and the list agree.
+    return this.session.title || this.agentTitle || fromRun || sessionTitle({ id: this.sessionId });
   }
 
   renderTitle() {
