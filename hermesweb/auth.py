@@ -12,19 +12,28 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from functools import lru_cache, wraps
+from functools import lru_cache, partial, wraps
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
-from channels.auth import get_user
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    get_user_model,
+    load_backend,
+)
 from django.contrib.auth import get_user as auth_get_user
+from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ValidationError
 from django.db import connection, transaction
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare
+from django.utils.functional import SimpleLazyObject
 from ninja.security import APIKeyCookie, HttpBearer
 from ninja.utils import check_csrf
 
@@ -288,12 +297,14 @@ def _still_signed_in_sql() -> str:
 
 
 class SocketSessionMiddleware:
-    """`scope["session"]` and `scope["user"]` for a WebSocket, read once as it connects.
+    """`scope["session"]` and a lazy `scope["user"]` for a WebSocket; nothing is read here.
 
-    Channels' SessionMiddleware wraps every message the socket sends, to save a session it
-    might have changed: a socket here never changes one (signing in and out is HTTP), and
-    that check is a cost on every frame fanned out. Sits under Channels' CookieMiddleware,
-    which parses the cookies.
+    The consumer accepts the handshake first and then reads both, once, in the event loop's
+    thread pool (`read_socket_user`): read here, before the accept, 200 sockets reconnecting
+    at once queued their reads past daphne's handshake timeout (docs/reliability.md, gap 8).
+    Until that read the socket is sent nothing and its frames wait (Channels hands a consumer
+    its messages one at a time). Channels' SessionMiddleware is not used: it wraps every frame
+    to save a session a socket never changes. Sits under Channels' CookieMiddleware.
     """
 
     def __init__(self, inner: Any) -> None:
@@ -302,9 +313,49 @@ class SocketSessionMiddleware:
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         session = self.store(scope["cookies"].get(settings.SESSION_COOKIE_NAME))
-        scope = dict(scope, session=session)
-        scope["user"] = await get_user(scope)  # AnonymousUser for no, or a stale, session
+        # In place: CookieMiddleware made this dict for us alone, and a copy would be held, like
+        # every frame of this stack, for as long as the socket is open.
+        scope["session"] = session
+        # Lazy, like Channels' AuthMiddleware's: evaluated in the event loop it raises
+        # SynchronousOnlyOperation rather than block every socket on a query.
+        scope["user"] = SimpleLazyObject(partial(session_user, session))
         return await self.inner(scope, receive, send)
+
+
+def session_user(session: Any) -> Any:
+    """The session's user, as Channels' get_user reads it; AnonymousUser for no, or a stale, session.
+
+    Sync (two queries: the session's row, the user's). A session whose password hash no longer
+    matches is flushed, as Django and Channels do; unlike Django's get_user it is never cycled
+    to a new key (SECRET_KEY_FALLBACKS): a socket cannot hand the browser a new cookie.
+    """
+    user = None
+    try:
+        user_id = get_user_model()._meta.pk.to_python(session[SESSION_KEY])
+        backend_path = session[BACKEND_SESSION_KEY]
+    except (KeyError, ValidationError):
+        pass
+    else:
+        if backend_path in settings.AUTHENTICATION_BACKENDS:
+            user = load_backend(backend_path).get_user(user_id)
+            if hasattr(user, "get_session_auth_hash"):
+                session_hash = session.get(HASH_SESSION_KEY)
+                if not (session_hash and constant_time_compare(session_hash, user.get_session_auth_hash())):
+                    session.flush()
+                    user = None
+    return user or AnonymousUser()
+
+
+def read_socket_user(scope: dict[str, Any]) -> Any:
+    """The socket's user, read now and kept in the scope (sync: call it in the thread pool, once)."""
+    user = scope.get("user")
+    if isinstance(user, SimpleLazyObject):
+        # The concrete object, so later reads of scope["user"] in the event loop cost nothing.
+        user = session_user(scope["session"]) if scope.get("session") is not None else AnonymousUser()
+    elif user is None:
+        user = AnonymousUser()
+    scope["user"] = user
+    return user
 
 
 # ---------------------------------------------------------------- sign-ins ending: the sockets' doorbell

@@ -30,9 +30,10 @@ from tests.test_live_slow_consumer import RssSampler, rss_bytes
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
-# CI's size. The storm (200 sockets, 10k behind: HERMESWEB_STORM_SOCKETS=200
-# HERMESWEB_STORM_BEHIND=10000) does not yet pass on this 2-core box under load: its handshakes
-# outrun daphne's 5 s connect timeout (docs/reliability.md, "reconnect storm").
+# CI's size (~20-25 s on this 2-core box under load). The storm, 200 sockets 10k behind
+# (HERMESWEB_STORM_SOCKETS=200 HERMESWEB_STORM_BEHIND=10000), passes too but takes ~1.5-2.5 min,
+# so CI does not run it: since the consumer accepts before it reads the sign-in, no handshake
+# waits on a query inside daphne's 5 s (docs/reliability.md, "reconnect storm").
 SOCKETS = int(os.environ.get("HERMESWEB_STORM_SOCKETS", "50"))
 BEHIND = int(os.environ.get("HERMESWEB_STORM_BEHIND", "2000"))
 LIVE_EVENTS = 300  # streamed while the sockets reconnect and catch up

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import time
+import weakref
 from typing import Any, NamedTuple
 
+from autobahn.exception import Disconnected
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
+from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.db import InterfaceError, OperationalError
 
-from hermesweb.auth import socket_sign_in, socket_user_now
+from hermesweb.auth import read_socket_user, socket_sign_in, socket_user_now
 from hermesweb.errors import database_unavailable_body
 from projects.models import Session
 from runs import services
@@ -51,7 +55,9 @@ CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 # The client did not read what was sent (runs.live.outflow): it reconnects with its cursors.
 CLOSE_TOO_SLOW = 4008
-CLOSE_INTERNAL_ERROR = 1011
+# Not 1011: autobahn (under daphne) refuses any close code an application sends but 1000 and
+# 3000-4999, so 1011 only ever reached a client through daphne's "Exception inside application".
+CLOSE_INTERNAL_ERROR = 4500
 
 
 # Subscribes a socket may send: a burst of SUBSCRIBE_BURST, then SUBSCRIBE_PER_SECOND. Each one
@@ -80,6 +86,73 @@ class TokenBucket:
 
 def heartbeat_seconds() -> float:
     return tuning("HERMESWEB_LIVE_HEARTBEAT_SECONDS", 15.0)
+
+
+class Heartbeats:
+    """This event loop's sockets, sent a heartbeat every `heartbeat_seconds()` by one timer.
+
+    A task per socket (its frame, its sleep's timer) was ~1.7 KiB of every idle socket
+    (bench/idle_sockets.py); one pass over a set costs a few bytes each. A socket's gap
+    between heartbeats stays at most the interval.
+    """
+
+    def __init__(self) -> None:
+        self.sockets: set[SessionConsumer] = set()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, socket: SessionConsumer) -> None:
+        self.sockets.add(socket)
+        if self.task is None:
+            self.task = asyncio.ensure_future(self._beat())
+
+    def remove(self, socket: SessionConsumer) -> None:
+        self.sockets.discard(socket)
+        if not self.sockets and self.task is not None:
+            task, self.task = self.task, None
+            task.cancel()
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(heartbeat_seconds())
+            for socket in list(self.sockets):
+                try:
+                    await socket.send(text_data=HEARTBEAT)
+                except Exception:
+                    # A closing socket: its disconnect removes it; the others still beat.
+                    log.debug("heartbeat not sent", exc_info=True)
+
+
+_heartbeats: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Heartbeats] = weakref.WeakKeyDictionary()
+
+
+def get_heartbeats() -> Heartbeats:
+    loop = asyncio.get_running_loop()
+    beats = _heartbeats.get(loop)
+    if beats is None:
+        beats = _heartbeats[loop] = Heartbeats()
+    return beats
+
+
+class Admission(enum.IntEnum):
+    """What an accepted socket's first read says: go on, or the close code."""
+
+    ADMITTED = 0
+    UNAUTHENTICATED = CLOSE_UNAUTHENTICATED
+    NOT_FOUND = CLOSE_NOT_FOUND
+
+
+def admit(scope: dict[str, Any], session_id: int | None) -> Admission:
+    """Read the socket's user and, for a session socket, whether it may see the session.
+
+    Sync, one hop to the loop's pool for both reads (runs.live.reads.pooled): on the thread
+    database_sync_to_async shares, a storm's handshakes queued behind each other.
+    """
+    user = read_socket_user(scope)
+    if not user.is_authenticated:
+        return Admission.UNAUTHENTICATED
+    if session_id is not None and not can_view(user, session_id):
+        return Admission.NOT_FOUND
+    return Admission.ADMITTED
 
 
 class SubmitAnswer(NamedTuple):
@@ -140,13 +213,23 @@ class SessionConsumer(AsyncWebsocketConsumer):
     session_id: int
     subscription: Subscription | None = None
     _subscription_task: asyncio.Task[None] | None = None
-    _heartbeat_task: asyncio.Task[None] | None = None
     _authorized = False
     _watched: Watched | None = None
     _subscribes: TokenBucket | None = None
     outflow: Outflow | None = None
     _too_slow_task: asyncio.Task[None] | None = None
     _watching_sessions = False
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        # Channels' own waits on the client and on the consumer's channel together, with
+        # asyncio.wait and a task per frame; a socket here has no channel (channel_layer_alias),
+        # so one await does: ~2 KiB less per open socket (bench/idle_sockets.py), a task less per frame.
+        self.scope = scope
+        self.channel_layer = None
+        self.base_send = send
+        with contextlib.suppress(StopConsumer):
+            while True:
+                await self.dispatch(await receive())
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         # Channels' own first hops to its one database thread to close old connections, once per
@@ -158,23 +241,27 @@ class SessionConsumer(AsyncWebsocketConsumer):
             raise ValueError(f"No handler for message type {message['type']}")
         await handler(message)
 
+    async def websocket_disconnect(self, message: dict[str, Any]) -> None:
+        # Channels' own also hops to its one database thread to close old connections (see
+        # dispatch) and discards groups (a socket here has none): a storm's 200 closes queued there.
+        await self.disconnect(message["code"])
+        raise StopConsumer
+
     async def connect(self) -> None:
         self.session_id = int(self.scope["url_route"]["kwargs"]["session_id"])
-        user: Any = self.scope.get("user")
-        # Accept first: a refused handshake reaches the browser as a bare 1006 with no reason.
+        # Accept first: a refused handshake reaches the browser as a bare 1006 with no reason,
+        # and daphne's handshake timeout then covers no database read (SocketSessionMiddleware).
         await self.accept()
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        if not await pooled(can_view)(user, self.session_id):
-            await self.close(code=CLOSE_NOT_FOUND)
+        admitted = await pooled(admit)(self.scope, self.session_id)
+        if admitted is not Admission.ADMITTED:
+            await self.close(code=admitted.value)
             return
         self._authorized = True
         self.outflow = watch(self.base_send)
         # Closed with 4401 within seconds of a logout, password change or deactivation.
         self._watched = Watched(self.scope, self._signed_out)
         await get_watch().add(self._watched)
-        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+        get_heartbeats().add(self)
 
     async def _signed_out(self) -> None:
         self._authorized = False
@@ -235,8 +322,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self._watching_sessions:
             await get_user_hub().leave(self.scope["user"].pk, self._send_text)
-        if self._heartbeat_task is not None:
-            self._heartbeat_task.cancel()
+        get_heartbeats().remove(self)
         if self._watched is not None:
             await get_watch().remove(self._watched)
         await self._stop_subscription()
@@ -272,10 +358,14 @@ class SessionConsumer(AsyncWebsocketConsumer):
             log.warning("session %s: the client does not read (%s): closing with 4008", self.session_id, exc)
             self._authorized = False
             await self.close(code=CLOSE_TOO_SLOW)
+        except Disconnected:
+            # The client went away mid-send (a tab closed during its catch-up): its disconnect follows.
+            log.info("session %s: the client left during a send", self.session_id)
         except Exception:
             # The client reconnects with its cursors: nothing is lost, the journal has it all.
             log.exception("session %s: live subscription failed", self.session_id)
-            await self.close(code=CLOSE_INTERNAL_ERROR)
+            with contextlib.suppress(Disconnected):
+                await self.close(code=CLOSE_INTERNAL_ERROR)
 
     async def _stop_subscription(self) -> None:
         task, self._subscription_task = self._subscription_task, None
@@ -285,26 +375,21 @@ class SessionConsumer(AsyncWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await task
 
-    async def _heartbeat(self) -> None:
-        while True:
-            await asyncio.sleep(heartbeat_seconds())
-            await self.send(text_data=HEARTBEAT)
-
 
 class LiveConsumer(SessionConsumer):
     """`/ws/live/`: a page with no session open (a project, the home page) follows only the
     user's sessions' states (`sessions` frames), with pings; the session socket does it too."""
 
     async def connect(self) -> None:
-        user: Any = self.scope.get("user")
         await self.accept()
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
+        admitted = await pooled(admit)(self.scope, None)
+        if admitted is not Admission.ADMITTED:
+            await self.close(code=admitted.value)
             return
         self._authorized = True
         self._watched = Watched(self.scope, self._signed_out)
         await get_watch().add(self._watched)
-        self._heartbeat_task = asyncio.ensure_future(self._heartbeat())
+        get_heartbeats().add(self)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         if not self._authorized:

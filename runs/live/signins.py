@@ -33,6 +33,8 @@ def check_seconds() -> float:
 class Watched:
     """One socket's sign-in, and how to close the socket when it ends."""
 
+    __slots__ = ("facts", "scope", "signed_out", "tag", "user_id")  # one per open socket
+
     def __init__(self, scope: dict[str, Any], signed_out: Callable[[], Awaitable[None]]) -> None:
         self.scope = scope
         self.user_id = scope["user"].pk

@@ -4,7 +4,7 @@ Design note: docs/live-delivery.md ("Order of operations", "Gap repair"). The su
 joins its session's feed first, replays each followed run after its cursor from the
 database, then forwards the feed's batches, dropping any `(run_id, seq)` at or below what it
 already sent for that run. It repairs no gaps: the feed's batches follow on, and a batch that
-does not is a broken contract (BrokenFeed: the socket closes with 1011 and the client resumes
+does not is a broken contract (BrokenFeed: the socket closes with 4500 and the client resumes
 from its cursors). Seqs are only ever compared within one run.
 """
 
@@ -49,6 +49,30 @@ class BrokenFeed(RuntimeError):
 class Subscription:
     """One socket's view of a session: a cursor per run, never a seq sent twice."""
 
+    # One per open socket: no per-instance dict.
+    __slots__ = (
+        "_backlog",
+        "_ready",
+        "_send",
+        "_waiter",
+        "after",
+        "backlog_chars",
+        "backlog_max_chars",
+        "done",
+        "feed",
+        "floor",
+        "followed",
+        "generation",
+        "hub",
+        "idle",
+        "outflow",
+        "overflowed",
+        "refused",
+        "sent",
+        "session_id",
+        "snapshot_frame",
+    )
+
     def __init__(
         self,
         session_id: int,
@@ -69,13 +93,16 @@ class Subscription:
         self.floor = 0  # runs above this id are new to this socket: followed from seq 0
         self.generation = 0
         self.snapshot_frame: str | None = None
-        self.backlog: deque[Item] = deque()
+        # Made on the first push and dropped once drained, like _waiter: an empty deque or an
+        # Event is ~800 bytes of every idle socket (bench/idle_sockets.py).
+        self._backlog: deque[Item] | None = None
         # Its frames' characters: a stalled socket's backlog holds at most a bound of them too.
         self.backlog_chars = 0
         self.backlog_max_chars = max_backlog_bytes()
         self.overflowed = False
         self.idle = False  # caught up, nothing queued, waiting for the feed
-        self._ready = asyncio.Event()
+        self._ready = False  # something was pushed since the task last looked
+        self._waiter: asyncio.Future[None] | None = None
         self.hub: LiveHub | None = None
         self.feed: SessionFeed | None = None
 
@@ -84,14 +111,25 @@ class Subscription:
     def push(self, item: Item) -> None:
         """Queue an item; never blocks the feed. A subscriber that falls too far behind resyncs."""
         chars = item_chars(item)
-        if len(self.backlog) >= SUBSCRIBER_BACKLOG_MAX or self.backlog_chars + chars > self.backlog_max_chars:
-            self.backlog.clear()
+        if self._backlog is None:
+            self._backlog = deque()
+        full = len(self._backlog) >= SUBSCRIBER_BACKLOG_MAX
+        if full or self.backlog_chars + chars > self.backlog_max_chars:
+            self._backlog.clear()
             self.backlog_chars = 0
             self.overflowed = True
         else:
-            self.backlog.append(item)
+            self._backlog.append(item)
             self.backlog_chars += chars
-        self._ready.set()
+        self._ready = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    @property
+    def backlog(self) -> deque[Item]:
+        """The items queued for this socket's task, oldest first (a copy when there are none)."""
+        return self._backlog if self._backlog is not None else deque()
 
     async def offer(self, item: EventsItem) -> bool:
         """Send a batch now if this socket is idle and caught up, sparing its task a wake-up.
@@ -99,7 +137,7 @@ class Subscription:
         False when it is not (busy, something queued, or the batch does not follow on): the
         feed pushes it instead, and the task handles it in order.
         """
-        if not self.idle or self.backlog or self.overflowed:
+        if not self.idle or self._backlog or self.overflowed:
             return False
         if self.outflow is not None and not self.outflow.has_room():
             return False
@@ -144,24 +182,34 @@ class Subscription:
         while True:
             self.idle = True
             try:
-                await self._ready.wait()
+                await self._pushed()
             finally:
                 self.idle = False
-            self._ready.clear()
             await self.drain()
+
+    async def _pushed(self) -> None:
+        """Return once something was pushed since the last call."""
+        if not self._ready:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        self._ready = False
 
     async def drain(self) -> None:
         """Handle the backlog in order; after an overflow, first replay what it dropped."""
-        while self.overflowed or self.backlog:
+        while self.overflowed or self._backlog:
             if self.overflowed:
                 # Checked before every item: what was queued after an overflow follows on from
                 # the replay, not from what this socket sent before it.
                 self.overflowed = False
                 await self.resync()
                 continue
-            item = self.backlog.popleft()
+            item = self._backlog.popleft()
             self.backlog_chars -= item_chars(item)
             await self.handle(item)
+        self._backlog = None
 
     async def handle(self, item: Item) -> None:
         match item:
