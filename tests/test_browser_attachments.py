@@ -101,6 +101,27 @@ def test_an_attached_image_shows_in_the_composer_then_in_the_sent_turn_and_after
     assert link.get_attribute("href").endswith("/content")
 
 
+def test_editing_a_turn_brings_its_attachments_back_into_the_composer(
+    workbench: Workbench, session: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "dot.png").write_bytes(DOT)
+    page = workbench.new_page()
+    open_session(page, session.pk)
+    page.locator(".composer [data-role=file-input]").set_input_files([str(tmp_path / "dot.png")])
+    wait_thumbnail_loaded(page.locator(".composer"), "dot.png")
+    send(page, "fast look at this")
+    settled = wait_settled(page, 1)
+    assert page.locator(".composer-attachments").is_hidden()
+
+    settled.get_by_role("button", name="Edit prompt in the composer").click()
+    assert page.locator(".composer textarea").input_value() == "fast look at this"
+    wait_thumbnail_loaded(page.locator(".composer"), "dot.png")
+    send(page, "fast look again")
+    again = wait_settled(page, 2)
+    wait_thumbnail_loaded(again.locator(".user-turn"), "dot.png")
+    assert "Received image dot.png (image/png" in again.locator(".assistant").inner_text()
+
+
 def test_pasted_and_dropped_files_are_attached(workbench: Workbench, session: Any) -> None:
     page = workbench.new_page()
     open_session(page, session.pk)

@@ -155,6 +155,17 @@ export class AttachmentTray {
     this.render();
   }
 
+  // Uploaded attachments back into the tray (a refused message's, a turn's edited again).
+  restore(attachments) {
+    if (!this.enabled) return;
+    for (const attachment of attachments || []) {
+      if (this.items.some((item) => item.state === 'ready' && item.attachment.id === attachment.id)) continue;
+      const src = isImage(attachment.mime_type) ? contentUrl(attachment.id) : undefined;
+      this.items.push({ key: ++this.counter, state: 'ready', message: '', attachment, src });
+    }
+    this.render();
+  }
+
   render() {
     this.listEl.hidden = !this.items.length;
     this.listEl.replaceChildren(

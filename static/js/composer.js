@@ -237,10 +237,11 @@ export class Composer {
     return target === this.textarea && !this.textarea.value && this.palette.hidden;
   }
 
-  // Put text back (a refused message), so nothing the user wrote is lost.
-  restore(text) {
+  // Put text and attachments back (a refused message), so nothing the user wrote is lost.
+  restore(text, attachments = []) {
     if (!this.textarea.value.trim()) this.textarea.value = text;
     else this.textarea.value = `${text}\n${this.textarea.value}`;
+    this.tray.restore(attachments);
     this.autosize();
     this.textarea.focus();
   }

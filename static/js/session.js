@@ -51,7 +51,7 @@ export class SessionController {
       approve: (view, item, option) => this.approve(view, item, option),
       clarify: (view, item, answer) => this.clarify(view, item, answer),
       retry: (view) => this.retry(view),
-      edit: (view) => this.composer.restore(view.turn.prompt_text || ''),
+      edit: (view) => this.composer.restore(view.turn.prompt_text || '', view.turn.attachments || []),
     };
     // Follow the stream only while the reader is at the bottom; a reader who scrolled up stays put.
     this.stick = true;
@@ -718,7 +718,7 @@ export class SessionController {
       actions.push(h('button', { type: 'button', class: 'btn small', text: 'Retry', onclick: () => this.post(entry) }));
       actions.push(h('button', { type: 'button', class: 'btn small', text: 'Discard', onclick: () => (outbox.remove(entry.client_id), this.removeOutgoing(entry.client_id)) }));
     } else if (state === 'refused') {
-      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Edit', onclick: () => (this.removeOutgoing(entry.client_id), this.composer.restore(entry.text)) }));
+      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Edit', onclick: () => (this.removeOutgoing(entry.client_id), this.composer.restore(entry.text, entry.attachments)) }));
       actions.push(h('button', { type: 'button', class: 'btn small', text: 'Dismiss', onclick: () => this.removeOutgoing(entry.client_id) }));
     }
     const label = { sending: 'sending…', failed: 'not sent', refused: 'refused' }[state];
