@@ -37,8 +37,11 @@ STALL_SECONDS = 2.0  # HERMESWEB_SOCKET_STALL_SECONDS for this daphne (default 3
 # The web's growth while it streams to a client that does not read. Unbounded, it keeps every
 # frame of the run (~60 MB: measured +63 MiB, never given back); bounded, one socket holds at
 # most HERMESWEB_SOCKET_MAX_BACKLOG_BYTES (4 MiB) in Twisted and as much in its backlog, plus
-# a replay page and the allocator's slack (measured +9 MiB).
+# a replay page and the allocator's slack (measured +9 MiB). The feed's page is counted in events,
+# not bytes: 5,000 of these (15 MB of text, more decoded) went past the bound on a quiet box
+# where the appends outran the feed, so this daphne reads pages of PAGE_EVENTS (1.5 MB).
 RSS_GROWTH_MAX = 30 * 1024 * 1024
+PAGE_EVENTS = 500
 
 
 def rss_bytes(pid: int) -> int:
@@ -116,7 +119,9 @@ def read_events(ws: ClientConnection, run_id: int, through: int, timeout: float 
 
 
 def test_a_client_that_stops_reading_is_closed_with_4008_and_the_web_stays_bounded(live: LiveStack) -> None:
-    live.start_daphne(HERMESWEB_SOCKET_STALL_SECONDS=str(STALL_SECONDS))
+    live.start_daphne(
+        HERMESWEB_SOCKET_STALL_SECONDS=str(STALL_SECONDS), HERMESWEB_EVENTS_PAGE_MAX=str(PAGE_EVENTS)
+    )
     assert live.daphne is not None
     session = factories.SessionFactory()
     run = factories.RunFactory(session=session, status=RunStatus.RUNNING)
