@@ -17,11 +17,11 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 
 from hermesweb.auth import StillSignedIn, session_tag, sign_in_facts, socket_user_now, still_signed_in
 from runs import notify
 from runs.live.doorbell import tuning
+from runs.live.user_doorbell import UserDoorbell
 
 log = logging.getLogger(__name__)
 
@@ -58,17 +58,16 @@ class SignInWatch:
 
     def __init__(self) -> None:
         self.by_user: dict[Any, set[Watched]] = {}
-        self.channel: str | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._joining: asyncio.Lock = asyncio.Lock()
+        self.doorbell = UserDoorbell(notify.user_group, self._rung, "sign-in")
+        self._check_task: asyncio.Task[None] | None = None
 
     async def add(self, socket: Watched) -> None:
-        if not self._tasks:
-            self._tasks = [asyncio.ensure_future(self._check_loop()), asyncio.ensure_future(self._listen())]
+        if self._check_task is None:
+            self._check_task = asyncio.ensure_future(self._check_loop())
         sockets = self.by_user.setdefault(socket.user_id, set())
         sockets.add(socket)
         if len(sockets) == 1:
-            await self._group("group_add", socket.user_id)
+            await self.doorbell.join(socket.user_id)
 
     async def remove(self, socket: Watched) -> None:
         sockets = self.by_user.get(socket.user_id)
@@ -77,47 +76,21 @@ class SignInWatch:
         sockets.discard(socket)
         if not sockets:
             del self.by_user[socket.user_id]
-            await self._group("group_discard", socket.user_id)
+            await self.doorbell.leave(socket.user_id)
         if not self.by_user:
-            tasks, self._tasks = self._tasks, []
-            for task in tasks:
+            task, self._check_task = self._check_task, None
+            if task is not None:
                 task.cancel()
-            self.channel = None
+            self.doorbell.close()
 
-    async def _group(self, action: str, user_id: Any) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async with self._joining:
-                if self.channel is None:
-                    self.channel = await layer.new_channel()
-                await getattr(layer, action)(notify.user_group(user_id), self.channel)
-        except Exception:
-            # The periodic re-check still closes this user's sockets, a few seconds later.
-            log.warning("sign-in doorbell for user %s: channel layer unavailable", user_id, exc_info=True)
-
-    async def _listen(self) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        while self.channel is None:
-            await asyncio.sleep(0.05)  # the first add creates it
-        channel = self.channel
-        while True:
-            try:
-                message = await layer.receive(channel)
-            except Exception:
-                log.warning("sign-in doorbell: receive failed", exc_info=True)
-                await asyncio.sleep(1.0)
-                continue
-            sockets = tuple(self.by_user.get(message.get("user_id"), ()))
-            tag = message.get("session_tag")
-            if tag is not None:
-                # Signed out: that session is being flushed as this arrives, so no need to ask.
-                await self._close([s for s in sockets if s.tag == tag])
-            elif sockets:
-                await self._check(sockets)
+    async def _rung(self, message: dict[str, Any]) -> None:
+        sockets = tuple(self.by_user.get(message.get("user_id"), ()))
+        tag = message.get("session_tag")
+        if tag is not None:
+            # Signed out: that session is being flushed as this arrives, so no need to ask.
+            await self._close([s for s in sockets if s.tag == tag])
+        elif sockets:
+            await self._check(sockets)
 
     async def _check_loop(self) -> None:
         while True:

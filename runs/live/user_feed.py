@@ -19,11 +19,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.layers import get_channel_layer
 from django.conf import settings
 
 from runs import notify
 from runs.live.doorbell import layer_down, tuning
+from runs.live.user_doorbell import UserDoorbell
 from runs.live.user_states import SessionState, changes, delta_frame, read_states, snapshot_frame
 
 log = logging.getLogger(__name__)
@@ -110,9 +110,8 @@ class UserHub:
 
     def __init__(self) -> None:
         self.feeds: dict[Any, UserFeed] = {}
-        self.channel: str | None = None
-        self._tasks: list[asyncio.Task[None]] = []
-        self._joining = asyncio.Lock()
+        self.doorbell = UserDoorbell(notify.user_sessions_group, self._rung, "sessions")
+        self._poll_task: asyncio.Task[None] | None = None
 
     async def join(self, user_id: Any, send: Send) -> None:
         """Follow the user's sessions on this socket: a snapshot now, changes from then on."""
@@ -120,9 +119,9 @@ class UserHub:
         if feed is None:
             feed = self.feeds[user_id] = UserFeed(user_id)
             # In the group before the first read: whatever commits after that read rings here.
-            await self._group("group_add", user_id)
-        if not self._tasks:
-            self._tasks = [asyncio.ensure_future(self._poll()), asyncio.ensure_future(self._listen())]
+            await self.doorbell.join(user_id)
+        if self._poll_task is None:
+            self._poll_task = asyncio.ensure_future(self._poll())
         await feed.join(send)
 
     async def leave(self, user_id: Any, send: Send) -> None:
@@ -133,42 +132,17 @@ class UserHub:
         if feed.sockets:
             return
         del self.feeds[user_id]
-        await self._group("group_discard", user_id)
+        await self.doorbell.leave(user_id)
         if not self.feeds:
-            tasks, self._tasks = self._tasks, []
-            for task in tasks:
+            task, self._poll_task = self._poll_task, None
+            if task is not None:
                 task.cancel()
+            self.doorbell.close()
 
-    async def _group(self, action: str, user_id: Any) -> None:
-        layer = get_channel_layer()
-        if layer is None:
-            return
-        try:
-            async with self._joining:
-                if self.channel is None:
-                    self.channel = await layer.new_channel()
-                await getattr(layer, action)(notify.user_sessions_group(user_id), self.channel)
-        except Exception:
-            # The poll still brings the states, at its own pace.
-            log.warning("sessions doorbell for user %s: channel layer unavailable", user_id, exc_info=True)
-
-    async def _listen(self) -> None:
-        layer = get_channel_layer()
-        if layer is None or self.channel is None:
-            return
-        channel = self.channel
-        while True:
-            try:
-                message = await layer.receive(channel)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("sessions doorbell: receive failed", exc_info=True)
-                await asyncio.sleep(1.0)
-                continue
-            feed = self.feeds.get(message.get("user_id"))
-            if feed is not None:
-                feed.ring()
+    async def _rung(self, message: dict[str, Any]) -> None:
+        feed = self.feeds.get(message.get("user_id"))
+        if feed is not None:
+            feed.ring()
 
     async def _poll(self) -> None:
         while True:
