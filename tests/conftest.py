@@ -181,7 +181,11 @@ def runners(logs: Path) -> Iterator[list[Any]]:
 
 @pytest.fixture
 def pg_proxy() -> Iterator[Any]:
-    """A proxy in front of the test database that the test can take down (tests/support/pgproxy.py)."""
+    """A proxy in front of the test database that the test can take down (tests/support/pgproxy.py).
+
+    Ask for it before `runners`: fixtures end in reverse order, and a runner whose database
+    went away first spends its whole retry deadline on the way out (30 s of teardown).
+    """
     from tests.support.pgproxy import PgProxy
 
     conf = connection.settings_dict

@@ -130,7 +130,7 @@ def test_a_write_cut_off_midway_is_written_once_and_the_turn_completes(runner: P
 
 
 def test_a_turn_streams_on_through_a_database_outage_and_loses_and_repeats_nothing(
-    runners: list[Proc], logs: Path, session: Any, pg_proxy: PgProxy
+    pg_proxy: PgProxy, runners: list[Proc], logs: Path, session: Any
 ) -> None:
     # Everything the runner does with the database goes through the proxy: its Django
     # connections, its loop's, its doorbell's.
@@ -166,7 +166,7 @@ def _runner_backend_waiting_on_a_lock(conn: psycopg.Connection[Any]) -> int | No
 
 
 def test_a_claim_whose_answer_was_lost_is_started_by_its_runner(
-    runners: list[Proc], logs: Path, session: Any, pg_proxy: PgProxy
+    pg_proxy: PgProxy, runners: list[Proc], logs: Path, session: Any
 ) -> None:
     # Claims only when the doorbell rings, so few go by before the one that takes the run.
     url = pg_proxy.database_url(**UNENCRYPTED)
