@@ -11,7 +11,7 @@ import orjson
 import pytest
 from asgiref.sync import async_to_sync
 
-from runs import journal
+from runs import journal, notify
 from runs.journal import NewEvent
 from runs.live import feed as feed_module
 from runs.live import reads
@@ -235,7 +235,7 @@ def test_a_snapshot_read_before_a_state_event_is_not_sent_after_it(monkeypatch: 
         await check
         # The stale read went nowhere and left the marker, so the check `done` woke reads again.
         assert sub.items == [("events", run.pk, [1])]
-        assert feed.marker is None and feed.wake.is_set()
+        assert feed.marker is None and feed.rung
         await feed.check(PollState([], marker("after")))
 
     async_to_sync(scenario)()
@@ -253,9 +253,9 @@ def test_doorbells_rung_together_cost_one_snapshot_check() -> None:
         done.set()
 
     feed.check = check  # type: ignore[method-assign]
+    feed.started = True
 
     async def scenario() -> None:
-        loop = asyncio.ensure_future(feed._wake_loop())
         try:
             for _ in range(3):
                 feed._changed()
@@ -267,7 +267,7 @@ def test_doorbells_rung_together_cost_one_snapshot_check() -> None:
             feed._changed()  # a later one gets its own
             await asyncio.wait_for(done.wait(), 10)
         finally:
-            loop.cancel()
+            await feed.stop()
 
     async_to_sync(scenario)()
     assert checked == [3, 4]
@@ -357,3 +357,101 @@ def test_a_snapshot_showing_a_run_ended_waits_for_its_done_still_in_flight(
 
     async_to_sync(scenario)()
     assert sub.items == [("events", run.pk, [1, 2]), ("SnapshotItem",)]
+
+
+class Recorder:
+    """A subscriber that records the frames' seqs it is offered, and wakes whoever waits for them."""
+
+    def __init__(self) -> None:
+        self.seqs: list[int] = []
+        self.arrived = asyncio.Event()
+
+    async def offer(self, item: EventsItem) -> bool:
+        self.seqs += [frame.seq for frame in item.frames]
+        self.arrived.set()
+        return True
+
+    def push(self, item: Item) -> None:
+        self.arrived.set()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_idle_feed_holds_no_task_and_one_channel_serves_every_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Idle sockets' memory (bench/idle_sockets.py): a watched session costs no task, queue or
+    # channel of its own; a session group's message still reaches its feed, and only its feed.
+    first = factories.RunFactory(status=RunStatus.RUNNING)
+    second = factories.RunFactory(status=RunStatus.RUNNING)
+    rung: list[int] = []  # the sessions whose doorbell made a check (the hub's poll passes a state)
+    real_check = SessionFeed.check
+
+    async def check(self: SessionFeed, state: PollState | None = None) -> None:
+        if state is None:
+            rung.append(self.session_id)
+        await real_check(self, state)
+
+    monkeypatch.setattr(SessionFeed, "check", check)
+
+    async def scenario() -> None:
+        hub = feed_module.LiveHub()
+        subs = Recorder(), Recorder()
+        feeds = [hub.join(run.session_id, sub) for run, sub in zip((first, second), subs, strict=True)]
+        try:
+            for feed in feeds:
+                await hub.ready(feed)
+                assert (feed._drainer, feed._waker, feed.inbox) == (None, None, [])
+            assert feeds[0].channel is not None and feeds[0].channel == feeds[1].channel
+            layer = feed_module.get_channel_layer()
+            envelope = {"run_id": first.pk, "session_id": first.session_id, "seq": 1, "terminal": False}
+            message = notify.run_events_message(first.session_id, first.pk, [envelope])
+            await layer.group_send(notify.session_group(first.session_id), message)
+            await asyncio.wait_for(subs[0].arrived.wait(), 10)
+            assert subs[0].seqs == [1] and subs[1].seqs == []
+            changed = {"type": "session.changed", "session_id": second.session_id}
+            await layer.group_send(notify.session_group(second.session_id), changed)
+            while not rung:
+                await asyncio.sleep(0.01)
+            assert rung == [second.session_id]
+            while any(feed._drainer or feed._waker for feed in feeds):
+                await asyncio.sleep(0.01)  # each task ends once its work is done
+        finally:
+            for feed, sub in zip(feeds, subs, strict=True):
+                await hub.leave(feed, sub)
+        assert hub.feeds == {} and hub._journal is None
+
+    async_to_sync(scenario)()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_feed_stopping_while_its_session_is_joined_again_leaves_the_new_feed_its_doorbell(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A tab reloaded: its socket leaves as the new one joins. Both feeds share the hub's channel,
+    # so the old one's leaving the session group must not take the new one's doorbell away.
+    monkeypatch.setattr(feed_module, "poll_seconds", lambda crosses: 60.0)  # the doorbell alone
+    run = factories.RunFactory(status=RunStatus.RUNNING)
+
+    async def scenario() -> None:
+        hub = feed_module.LiveHub()
+        old_sub, new_sub = Recorder(), Recorder()
+        old = hub.join(run.session_id, old_sub)
+        await hub.ready(old)
+        old._ring()  # a check under way: the old feed's stop waits for it
+        leaving = asyncio.ensure_future(hub.leave(old, old_sub))
+        await asyncio.sleep(0)  # it left the hub, and waits for the check to stop
+        assert run.session_id not in hub.feeds and not leaving.done()
+        new = hub.join(run.session_id, new_sub)
+        assert new is not old
+        await leaving
+        await hub.ready(new)
+        try:
+            envelope = {"run_id": run.pk, "session_id": run.session_id, "seq": 1, "terminal": False}
+            message = notify.run_events_message(run.session_id, run.pk, [envelope])
+            await feed_module.get_channel_layer().group_send(notify.session_group(run.session_id), message)
+            await asyncio.wait_for(new_sub.arrived.wait(), 10)
+            assert new_sub.seqs == [1] and old_sub.seqs == []
+        finally:
+            await hub.leave(new, new_sub)
+
+    async_to_sync(scenario)()

@@ -119,46 +119,56 @@ class SessionFeed:
         # Snapshot reads one at a time, so a slow read never overwrites a newer one.
         self.snapshot_lock = asyncio.Lock()
         self.changes = 0  # notifications that may have changed the snapshot, so far
-        self.wake = asyncio.Event()
-        self.layer = get_channel_layer()
-        self.channel: str | None = None
+        # A doorbell that may change the snapshot rang and no check has begun since. The check
+        # runs on a task made only while rung (_waker): an idle feed holds no task and no Event.
+        self.rung = False
+        self._waker: asyncio.Task[None] | None = None
+        self.channel: str | None = None  # the hub's channel, once it is in this session's group
         self.crosses_processes = bool(settings.REDIS_URL)
         self.started = False
-        # The runner's notifications for this session, from the hub's one journal channel.
-        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        # This session's notifications from the hub's one channel, oldest first, taken whole by a
+        # task made only while there are some (_drainer): no Queue or task per idle feed.
+        self.inbox: list[dict[str, Any]] = []
+        self._drainer: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
-        # Join the group before reading the database: whatever commits after the read rings here.
-        if self.layer is not None:
+    async def start(self, channel: str | None = None) -> None:
+        """Put the hub's `channel` in this session's group, then read the database.
+
+        In the group first: whatever commits after the read rings here.
+        """
+        layer = get_channel_layer()
+        if layer is not None and channel is not None:
             try:
-                self.channel = await self.layer.new_channel()
-                await self.layer.group_add(notify.session_group(self.session_id), self.channel)
+                await layer.group_add(notify.session_group(self.session_id), channel)
+                self.channel = channel
             except Exception:
                 log.warning(
                     "session %s: channel layer unavailable, polling only", self.session_id, exc_info=True
                 )
-                self.channel = None
         self.floor, heads, self.marker = await database_sync_to_async(feed_start_state)(self.session_id)
         self.newest = max([self.floor, *(head.run_id for head in heads)])
         self.heads = {head.run_id: head.last_seq for head in heads}
         self.watched = set(self.heads)
         self.started = True
-        loop = asyncio.get_running_loop()
-        self._tasks.append(loop.create_task(self._wake_loop()))
-        self._tasks.append(loop.create_task(self._inbox_loop()))
-        if self.channel is not None:
-            self._tasks.append(loop.create_task(self._listen_loop()))
+        # What rang during the read is handled now.
+        if self.inbox:
+            self._drainer = asyncio.get_running_loop().create_task(self._inbox_loop())
+        if self.rung:
+            self._ring()
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self.layer is not None and self.channel is not None:
+        self.started = False  # nothing starts a task any more
+        for task in (self._drainer, self._waker):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def leave_group(self) -> None:
+        layer = get_channel_layer()
+        if layer is not None and self.channel is not None:
             with contextlib.suppress(Exception):
-                await self.layer.group_discard(notify.session_group(self.session_id), self.channel)
+                await layer.group_discard(notify.session_group(self.session_id), self.channel)
 
     # -------------------------------------------------------------- sources
 
@@ -173,46 +183,53 @@ class SessionFeed:
         """What the hub's safety poll reads for this feed: runs still watched, and any newer run."""
         return HeadsWanted(set(self.watched), self.newest)
 
+    def _ring(self) -> None:
+        """Check the session soon; the rings until that check begins share it."""
+        self.rung = True
+        if self.started and self._waker is None:
+            self._waker = asyncio.get_running_loop().create_task(self._wake_loop())
+
     async def _wake_loop(self) -> None:
-        # Doorbells that may change the snapshot; the periodic safety poll is the hub's.
-        while True:
-            await self.wake.wait()
-            # One read for all the rings of a turn's start, after the runner's claim and prompt
-            # rather than beside them. Events never wait for this: they come inline.
-            await asyncio.sleep(WAKE_COALESCE_SECONDS)
-            self.wake.clear()
-            try:
-                await self.check()
-            except Exception:
-                log.exception("session %s: live check failed", self.session_id)
-                await asyncio.sleep(1.0)
+        """A check per burst of doorbells that may change the snapshot, until none is left
+        (the periodic safety poll is the hub's)."""
+        try:
+            while self.rung:
+                # One read for all the rings of a turn's start, after the runner's claim and prompt
+                # rather than beside them. Events never wait for this: they come inline.
+                await asyncio.sleep(WAKE_COALESCE_SECONDS)
+                self.rung = False
+                try:
+                    await self.check()
+                except Exception:
+                    log.exception("session %s: live check failed", self.session_id)
+                    await asyncio.sleep(1.0)
+        finally:
+            if self._waker is asyncio.current_task():
+                self._waker = None
 
     def post(self, message: dict[str, Any]) -> None:
-        """A journal notification from the hub; queued until this feed's start has read the database."""
-        if self.inbox.qsize() >= INBOX_MAX:
-            self.wake.set()  # far behind: the check reads what the dropped ones announced
+        """A notification for this session from the hub, queued until this feed's start has read
+        the database."""
+        if len(self.inbox) >= INBOX_MAX:
+            self._ring()  # far behind: the check reads what the dropped ones announced
             return
-        self.inbox.put_nowait(message)
+        self.inbox.append(message)
+        if self.started and self._drainer is None:
+            self._drainer = asyncio.get_running_loop().create_task(self._inbox_loop())
 
     async def _inbox_loop(self) -> None:
-        while True:
-            messages = [await self.inbox.get()]
-            while not self.inbox.empty():
-                messages.append(self.inbox.get_nowait())
-            for message in merged_notifications(messages):
-                try:
-                    await self.on_message(message)
-                except Exception:
-                    log.exception("session %s: cannot handle a journal notification", self.session_id)
-
-    async def _listen_loop(self) -> None:
-        assert self.layer is not None and self.channel is not None
-        while True:
-            message = await self.layer.receive(self.channel)
-            try:
-                await self.on_message(message)
-            except Exception:
-                log.exception("session %s: cannot handle channel-layer message", self.session_id)
+        """Handle the inbox in order until it is empty; the next post starts another."""
+        try:
+            while self.inbox:
+                messages, self.inbox = self.inbox, []
+                for message in merged_notifications(messages):
+                    try:
+                        await self.on_message(message)
+                    except Exception:
+                        log.exception("session %s: cannot handle a notification", self.session_id)
+        finally:
+            if self._drainer is asyncio.current_task():
+                self._drainer = None
 
     async def on_message(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
@@ -227,7 +244,7 @@ class SessionFeed:
 
     def _changed(self) -> None:
         self.changes += 1
-        self.wake.set()
+        self._ring()
 
     async def check(self, state: PollState | None = None) -> None:
         """Broadcast what the doorbell missed and any change of the snapshot.
@@ -293,7 +310,7 @@ class SessionFeed:
             snapshot = await database_sync_to_async(session_snapshot)(self.session_id)
             async with self.lock:
                 if changes != self.changes:
-                    self.wake.set()  # usually set already; read it again soon in any case
+                    self._ring()  # usually rung already; read it again soon in any case
                     return
                 self.marker = marker
                 self._publish_snapshot(snapshot)
@@ -402,14 +419,17 @@ def merged_notifications(messages: list[dict[str, Any]]) -> list[dict[str, Any]]
 
 
 class LiveHub:
-    """The feeds of one event loop (one web process), by session, and their one batched safety poll."""
+    """The feeds of one event loop (one web process), by session, their one channel-layer channel
+    (the journal group and every watched session's group) and their one batched safety poll."""
 
     def __init__(self) -> None:
         self.feeds: dict[int, SessionFeed] = {}
         self._starting: dict[SessionFeed, asyncio.Future[None]] = {}
         self._poller: asyncio.Task[None] | None = None
         self._journal: asyncio.Task[None] | None = None
-        self._journal_joined: asyncio.Future[None] | None = None
+        # Resolves to the hub's channel (None: no layer) once it is in the journal group.
+        self._journal_joined: asyncio.Future[str | None] | None = None
+        self.channel: str | None = None  # that channel, while it is in the journal group
         self._watch: asyncio.Task[None] | None = None
         self._poked = asyncio.Event()  # the layer went down: poll now, not after the safety interval
 
@@ -429,14 +449,20 @@ class LiveHub:
         return feed
 
     @staticmethod
-    async def _start(feed: SessionFeed, journal_joined: asyncio.Future[None] | None) -> None:
+    async def _start(feed: SessionFeed, journal_joined: asyncio.Future[str | None] | None) -> None:
         # Joined before the feed reads the database: whatever commits after that read reaches it.
+        channel = None
         if journal_joined is not None:
-            await asyncio.shield(journal_joined)
-        await feed.start()
+            channel = await asyncio.shield(journal_joined)
+        await feed.start(channel)
 
-    async def _journal_loop(self, joined: asyncio.Future[None]) -> None:
-        """The runners' journal notifications, a message per group commit: one channel for all feeds."""
+    async def _journal_loop(self, joined: asyncio.Future[str | None]) -> None:
+        """The process's one channel: the runners' journal notifications (a message per group
+        commit) and every watched session's group, each message posted to its session's feed.
+
+        One channel, not one per feed: a channel-layer channel is a queue and a receiving task,
+        ~4 KB of every watched session (bench/README.md, idle sockets).
+        """
         layer = get_channel_layer()
         channel = None
         try:
@@ -447,7 +473,9 @@ class LiveHub:
             log.warning("channel layer unavailable: feeds poll the journal", exc_info=True)
             channel = None
         finally:
-            joined.set_result(None)
+            if joined is self._journal_joined:  # not a loop that a teardown already replaced
+                self.channel = channel
+            joined.set_result(channel)
         if layer is None or channel is None:
             return
         try:
@@ -456,16 +484,26 @@ class LiveHub:
                     message = await layer.receive(channel)
                 except Exception:
                     # The safety poll covers the gap; the layer reconnects on the next receive.
-                    log.warning("journal channel: receive failed", exc_info=True)
+                    log.warning("hub channel: receive failed", exc_info=True)
                     await asyncio.sleep(1.0)
                     continue
-                for item in message.get("runs") or ():
-                    feed = self.feeds.get(int(item["session_id"]))
-                    if feed is not None:
-                        feed.post(item)
+                try:
+                    self._route(message)
+                except Exception:
+                    log.exception("hub channel: cannot route a message")
         finally:
             with contextlib.suppress(Exception):
                 await layer.group_discard(notify.JOURNAL_GROUP, channel)
+
+    def _route(self, message: dict[str, Any]) -> None:
+        """A journal group commit to each run's feed; a session group's message to its feed."""
+        # A session group carries run.events from synchronous code, and session.changed.
+        journal_commit = message.get("type") == "journal.events"
+        items = (message.get("runs") or ()) if journal_commit else (message,)
+        for item in items:
+            feed = self.feeds.get(int(item["session_id"]))
+            if feed is not None:
+                feed.post(item)
 
     def _started_feeds(self) -> list[SessionFeed]:
         return [feed for feed in self.feeds.values() if feed.started]
@@ -512,13 +550,21 @@ class LiveHub:
             with contextlib.suppress(Exception):
                 await starting
             await feed.stop()
+            # A feed for this session that joined meanwhile is in the group on the same channel:
+            # leaving it would take that feed's doorbell away.
+            successor = self.feeds.get(feed.session_id)
+            if successor is None or feed.channel != self.channel:
+                await feed.leave_group()
         if not self.feeds:
-            for task in (self._journal, self._watch):
+            # Forgotten before the wait: a feed that joins meanwhile gets a channel of its own.
+            tasks = (self._journal, self._watch)
+            self._journal = self._watch = None
+            self.channel = None
+            for task in tasks:
                 if task is not None:
                     task.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await task
-            self._journal = self._watch = None
 
 
 _hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub] = weakref.WeakKeyDictionary()
