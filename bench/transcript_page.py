@@ -56,14 +56,20 @@ new PerformanceObserver((list) => {
   for (const entry of list.getEntries()) window.__long.push(entry.duration);
 }).observe({ type: 'longtask', buffered: true });
 """
-RESOURCES = """() => {
+RESOURCES = r"""() => {
   const out = {};
   for (const e of performance.getEntriesByType('resource')) {
-    const name = e.name.includes('/transcript') ? 'transcript'
-      : e.name.includes('/fragment') ? 'fragments' : null;
-    if (name) out[name] = {
+    // By path: the `transcript.js` module is no transcript read.
+    const path = new URL(e.name).pathname;
+    const name = /^\/api\/sessions\/\d+\/transcript$/.test(path) ? 'transcript'
+      : /^\/sessions\/\d+\/(runs\/\d+\/)?fragment$/.test(path) ? 'fragments' : null;
+    // The first read is the one the page waits on; the rest (the merge when the socket is live)
+    // are counted with their bytes.
+    if (name && !out[name]) out[name] = {
       ms: e.responseEnd - e.startTime, wait: e.responseStart - e.requestStart, kib: e.transferSize / 1024,
+      count: 0, all_kib: 0,
     };
+    if (name) { out[name].count += 1; out[name].all_kib += e.transferSize / 1024; }
   }
   return out;
 }"""
@@ -321,14 +327,19 @@ def load(browser: Any, base_url: str, cookie: str, session_id: int) -> dict[str,
 
 
 def reads_note(loads: list[dict[str, float]]) -> str:
-    """The transcript's and the fragments' requests: total ms, of which the server's wait, and size."""
+    """The transcript's and the fragments' first requests: total ms, of which the server's wait, and
+    size; then how many there were and their bytes in all."""
     parts = []
     for name in ("transcript", "fragments"):
         if f"{name}_ms" in loads[0]:
-            ms, wait, kib = (
-                S.percentile([t.get(f"{name}_{k}", 0.0) for t in loads], 50) for k in ("ms", "wait", "kib")
+            ms, wait, kib, count, all_kib = (
+                S.percentile([t.get(f"{name}_{k}", 0.0) for t in loads], 50)
+                for k in ("ms", "wait", "kib", "count", "all_kib")
             )
-            parts.append(f"{name} request {ms:.0f} ms (server {wait:.0f} ms), {kib:,.0f} KiB")
+            parts.append(
+                f"{name} request {ms:.0f} ms (server {wait:.0f} ms), {kib:,.0f} KiB"
+                f" (requests {count:.0f}, {all_kib:,.0f} KiB in all)"
+            )
         else:
             parts.append(f"no {name} request")
     return "; ".join(parts)

@@ -208,7 +208,8 @@ def session_fragment(request: HttpRequest, session_id: int) -> HttpResponse:
     limit = _id_param(request.GET.get("limit", str(PAGE_TURNS)), top=PAGE_TURNS_MAX)
     if limit is None or (before_text is not None and before is None):
         return HttpResponseBadRequest(f"before must be a run id, and limit 1 to {PAGE_TURNS_MAX}")
-    page = newest_turns(session.pk, before=before, limit=limit, budget=_budget())
+    # Only complete turns are rendered: a turn plainly too large is answered from its size alone.
+    page = newest_turns(session.pk, before=before, limit=limit, budget=_budget(), cut_states=False)
     return _fragment_response(turn for turn in page.turns if turn.run.status in TERMINAL_STATUSES)
 
 

@@ -124,16 +124,25 @@ def transcript(
     limit: Annotated[
         int, Query(ge=1, le=transcript_pages.PAGE_TURNS_MAX, description="Turns per page, at most.")
     ] = transcript_pages.PAGE_TURNS,
+    after_run: Annotated[
+        int | None, Query(ge=0, le=MAX_ID, description="Only turns newer than this run id.")
+    ] = None,
 ) -> TranscriptOut:
     """A page of the session's turns, oldest first, with their events materialized, plus the open intents.
 
     The newest page unless `before`; `has_more` says older turns exist (pass `before` on). A page
     also stops at HERMESWEB_TRANSCRIPT_PAGE_BYTES: a single larger turn comes with `complete`
-    false, its state cut at `state.last_seq`, to be read on from the run's events.
+    false, its state cut at `state.last_seq`, to be read on from the run's events. `after_run`
+    leaves out that run and older ones (a page re-reading only the turns it does not hold); then
+    `has_more` says turns newer than `after_run` but older than the page exist.
     """
     session = get_visible(Session.objects, request.auth, id, "session")
     page = transcript_pages.newest_turns(
-        session.pk, before=before, limit=limit, budget=settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES
+        session.pk,
+        before=before,
+        after=after_run,
+        limit=limit,
+        budget=settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES,
     )
     turns = [
         TurnOut(

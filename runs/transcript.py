@@ -6,10 +6,13 @@ Design note: docs/journal.md ("Transcript"). Used by the pages, the admin, expor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 import orjson
+from django.db.models import Max, Sum, TextField
+from django.db.models.functions import Cast, Length
 
 from runs.models import EventType, JournalEvent, Run, RunStatus
 
@@ -17,6 +20,13 @@ from runs.models import EventType, JournalEvent, Run, RunStatus
 # number of turns. Its bytes are bounded too: see `page_turns`.
 PAGE_TURNS = 30
 PAGE_TURNS_MAX = 100
+# A run with at least this many events is size-checked in SQL before it is folded for a page that
+# would throw its cut state away: smaller runs fold in milliseconds, the check would cost more.
+SIZE_CHECK_EVENTS = 2000
+# The database's text of a payload (`jsonb::text`, or SQLite's stored JSON) has a space after each
+# `:` and `,` that orjson leaves out, so it can be up to ~1.5x the compact bytes: over twice the
+# budget in SQL is over the budget for certain.
+SIZE_CHECK_SLACK = 2
 
 
 def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, Any]:
@@ -234,47 +244,88 @@ def turn_cost(run: Run) -> int:
     return len(run.prompt_text) + len(run.error or "")
 
 
-def page_turns(runs: Sequence[Run], budget: int, *, skip_oversized: bool = False) -> TurnsPage:
+def page_turns(
+    runs: Sequence[Run], budget: int, *, skip_oversized: bool = False, cut_states: bool = True
+) -> TurnsPage:
     """Materialize `runs` in order until their prompts and event payloads reach `budget` bytes.
 
     The first run always goes in, cut short (`complete` False) when it alone passes the budget;
     with `skip_oversized` such a run comes with an empty state instead and the page goes on. Each run's events
     are read with an iterator, so a page holds at most about `budget` of them at a time; its
     JSON stays under about twice that (a text is both `text` and an item) plus one prompt.
+    `cut_states` False: a cut run comes with an empty state (its rendered fragment is "too
+    large" either way), so a run plainly over the budget is not folded at all.
     """
     turns: list[PagedTurn] = []
     spent = 0
-    for run in runs:
+    for index, run in enumerate(runs):
         cost = turn_cost(run)
         if turns and spent + cost > budget:
             return TurnsPage(turns, True)
-        state, used, complete = _materialize_within(run, budget - spent - cost)
+        # The cut state is kept only for the page's first run, and only when asked for.
+        keep_cut = cut_states and not turns and not skip_oversized
+        state, used, complete = _materialize_within(run, budget - spent - cost, keep_cut=keep_cut)
         if not complete and turns:
             return TurnsPage(turns, True)
         if not complete and skip_oversized:
             turns.append(PagedTurn(run, empty_state(), False))
             continue
         turns.append(PagedTurn(run, state, complete))
-        if not complete:  # the rest of it comes first on the next page
-            return TurnsPage(turns, True)
+        if not complete:  # the page ends with it: runs were left out only if more were asked for
+            return TurnsPage(turns, index + 1 < len(runs))
         spent += cost + used
     return TurnsPage(turns, False)
 
 
-def _materialize_within(run: Run, budget: int) -> tuple[dict[str, Any], int, bool]:
+def plainly_over(run: Run, budget: int) -> bool:
+    """Whether the run's events certainly pass `budget` before the end, from one aggregate query.
+
+    A fold cuts a run iff its payloads pass the budget and its last event lies past the
+    compacted range (a cut never falls inside it); see `_materialize_within`.
+    """
+    if run.last_seq < SIZE_CHECK_EVENTS:
+        return False
+    sizes = JournalEvent.objects.filter(run=run).aggregate(
+        chars=Sum(Length(Cast("payload", TextField()))), last=Max("seq")
+    )
+    return (sizes["chars"] or 0) > SIZE_CHECK_SLACK * budget and (sizes["last"] or 0) > run.compacted_through
+
+
+def _materialize_within(run: Run, budget: int, *, keep_cut: bool = True) -> tuple[dict[str, Any], int, bool]:
     """A run's state from its events while their payloads fit `budget`: (state, bytes used, complete).
 
     A cut never falls inside the compacted range: a cursor there could not be read on from.
+    `keep_cut` False: a cut run's state is not wanted, so one plainly over comes empty, unread.
     """
+    if not keep_cut and plainly_over(run, budget):
+        return empty_state(), 0, False
     fold, used = Fold(), 0
-    events = JournalEvent.objects.filter(run=run).order_by("seq").only("seq", "type", "payload", "terminal")
-    for event in events.iterator(chunk_size=500):
-        size = len(orjson.dumps(event.payload))
-        if used + size > budget and event.seq > run.compacted_through:
+    # Rows as tuples with the payload's JSON text, parsed by orjson: model instances and the
+    # JSONField's json.loads were most of a long run's page (bench/README, issue 25).
+    rows = (
+        JournalEvent.objects.filter(run=run)
+        .order_by("seq")
+        .annotate(raw=Cast("payload", TextField()))
+        .values_list("seq", "type", "raw", "terminal")
+    )
+    for seq, kind, raw, terminal in rows.iterator(chunk_size=500):
+        payload = parse_payload(raw)
+        size = len(orjson.dumps(payload))
+        if used + size > budget and seq > run.compacted_through:
             return fold.finish(), used, False
-        fold.add(event)
+        fold.add({"seq": seq, "type": kind, "payload": payload, "terminal": terminal})
         used += size
     return fold.finish(), used, True
+
+
+def parse_payload(raw: str | None) -> Any:
+    """A payload's stored JSON text as the JSONField would load it."""
+    if raw is None:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:  # NaN or Infinity, which Python's json writes and orjson refuses
+        return json.loads(raw)
 
 
 class TranscriptPage(NamedTuple):
@@ -282,8 +333,17 @@ class TranscriptPage(NamedTuple):
     has_more: bool  # older turns exist: ask again with `before` = the first turn's run id
 
 
-def newest_turns(session_id: int, *, before: int | None, limit: int, budget: int) -> TranscriptPage:
-    """The session's newest turns older than run `before` (all of them when None), one bounded page.
+def newest_turns(
+    session_id: int,
+    *,
+    before: int | None,
+    limit: int,
+    budget: int,
+    after: int | None = None,
+    cut_states: bool = True,
+) -> TranscriptPage:
+    """The session's newest turns older than run `before` and newer than run `after` (None: no
+    bound), one bounded page.
 
     Run ids grow with the session's turns (they are created under the session's lock), so they
     order the pages and serve as their cursor.
@@ -291,6 +351,8 @@ def newest_turns(session_id: int, *, before: int | None, limit: int, budget: int
     runs = Run.objects.filter(session_id=session_id)
     if before is not None:
         runs = runs.filter(pk__lt=before)
+    if after is not None:
+        runs = runs.filter(pk__gt=after)
     newest = list(runs.order_by("-pk")[: limit + 1])
-    page = page_turns(newest[:limit], budget)
+    page = page_turns(newest[:limit], budget, cut_states=cut_states)
     return TranscriptPage(page.turns[::-1], page.stopped or len(newest) > limit)

@@ -17,6 +17,7 @@ import orjson
 import pytest
 from django.test import Client
 
+from runs import transcript as transcript_pages
 from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, materialize
 from tests import factories
 from tests.support.live import LiveStack, layer, live  # noqa: F401
@@ -109,6 +110,31 @@ def test_one_enormous_run_comes_cut_short_and_is_read_on_from_its_events(
     assert [t["run_id"] for t in transcript(api, session, before=body["before"])["turns"]] == [older.pk]
 
 
+def test_a_merge_reads_only_the_turns_newer_than_the_pages(api: Client, session: Any) -> None:
+    first, second, third = (settled(session, f"answer {n}") for n in range(3))
+
+    newer = transcript(api, session, after_run=second.pk)
+    none = transcript(api, session, after_run=third.pk)
+    one_of_two = transcript(api, session, after_run=first.pk, limit=1)
+
+    assert [t["run_id"] for t in newer["turns"]] == [third.pk] and newer["has_more"] is False
+    assert none["turns"] == [] and none["has_more"] is False and none["session_id"] == session.pk
+    assert [t["run_id"] for t in one_of_two["turns"]] == [third.pk]
+    assert one_of_two["has_more"] is True and one_of_two["before"] == third.pk
+    bad = api.get(f"/api/sessions/{session.pk}/transcript", {"after_run": -1})
+    assert bad.status_code == 422 and bad.json()["code"] == "validation_error"
+
+
+def test_a_lone_cut_turn_says_no_older_turns_exist(api: Client, session: Any, settings: Any) -> None:
+    settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES = 64 * KIB
+    huge = settled(session, "y" * 8 * KIB, deltas=16)
+
+    body = transcript(api, session)
+
+    assert [(t["run_id"], t["complete"]) for t in body["turns"]] == [(huge.pk, False)]
+    assert body["has_more"] is False and body["before"] is None
+
+
 # ---------------------------------------------------------------- rendered turns
 
 
@@ -145,6 +171,30 @@ def test_named_fragments_stop_at_the_budget_and_a_too_large_turn_is_marked(
     rendered = [int(n) for n in re.findall(r'data-run="(\d+)" data-last-seq', body)]
     assert rendered and rendered == [r.pk for r in mid[: len(rendered)]] and len(rendered) < len(mid)
     assert len(body) < 3 * 64 * KIB
+
+
+def test_a_turn_plainly_too_large_is_marked_without_folding_its_events(
+    api: Client, session: Any, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES = 64 * KIB
+    monkeypatch.setattr(transcript_pages, "SIZE_CHECK_EVENTS", 10)
+    huge = settled(session, "y" * 8 * KIB, deltas=32)  # 256 KiB: four page budgets
+    newer = settled(session, "small")
+    folded: list[int] = []
+    add = transcript_pages.Fold.add
+    monkeypatch.setattr(transcript_pages.Fold, "add", lambda fold, ev: folded.append(1) or add(fold, ev))
+
+    newest = api.get(f"/sessions/{session.pk}/fragment").content.decode()
+    named = api.get(f"/sessions/{session.pk}/fragment?runs={huge.pk},{newer.pk}").content.decode()
+    single = api.get(f"/sessions/{session.pk}/runs/{huge.pk}/fragment").content.decode()
+
+    too_large = f'<section class="turn-fragment" data-run="{huge.pk}" data-too-large></section>'
+    small = f'<section class="turn-fragment" data-run="{newer.pk}" data-last-seq'
+    assert newest.startswith(small) and str(huge.pk) not in re.findall(r'data-run="(\d+)"', newest)
+    assert named.startswith(too_large) and small in named and single == too_large
+    assert len(folded) == 2 * newer.last_seq  # only the small turn's events were read, twice
+    cut = transcript(api, session, limit=1, before=newer.pk)["turns"][0]  # the transcript still cuts it
+    assert cut["run_id"] == huge.pk and cut["complete"] is False and cut["state"]["last_seq"] > 0
 
 
 # ---------------------------------------------------------------- the export

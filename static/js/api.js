@@ -87,7 +87,9 @@ export const api = {
   deleteWorkflow: (id) => request('DELETE', `/workflows/${id}`),
   submitMessage: (sessionId, body) => request('POST', `/sessions/${sessionId}/messages`, body),
   // The newest page of turns, or the page before run `before` (`has_more`: older ones exist).
-  transcript: (sessionId, before = null) => request('GET', `/sessions/${sessionId}/transcript${before ? `?before=${before}` : ''}`),
+  // `afterRun`: only the turns newer than that run (a page merging what it does not hold yet).
+  transcript: (sessionId, before = null, afterRun = null) =>
+    request('GET', `/sessions/${sessionId}/transcript${before ? `?before=${before}` : afterRun ? `?after_run=${afterRun}` : ''}`),
   search: (q, page = 1) => request('GET', `/search?q=${enc(q)}&page=${page}`),
   run: (id) => request('GET', `/runs/${id}`),
   runEvents: (id, afterSeq, limit = 500) => request('GET', `/runs/${id}/events?after_seq=${afterSeq}&limit=${limit}`),

@@ -128,9 +128,13 @@ export class SessionController {
 
   // Merge the server's transcript: new turns are added, turns the server has
   // further along catch up from the journal, turns we are ahead on are kept.
+  // Only a first read or a reload returns turns we hold; a merge asks for newer ones.
   async loadTranscript({ replace = false, withFragments = false, initial = false } = {}) {
     const fragmentsRead = withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : null;
-    const transcript = await api.transcript(this.sessionId);
+    // A merge asks only for turns newer than ours (issue 25: a long turn's first page came twice):
+    // the turns we hold catch up through the socket's cursors, or `poll` without one.
+    const newest = initial || replace || !this.turns.size ? null : Math.max(...this.turns.keys());
+    const transcript = await api.transcript(this.sessionId, null, newest);
     // More turns than a page began while we were away: the newest page does not reach ours, start over from it.
     const gap = transcript.has_more && this.turns.size > 0 && !transcript.turns.some((turn) => this.turns.has(turn.run_id));
     if (initial || replace || gap) this.setEarlier(transcript);
