@@ -4,11 +4,9 @@ with "Load earlier turns", the reader's place kept (docs/ui.md, "Long sessions")
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from runs import journal
 from runs.journal import NewEvent, done_event
@@ -20,6 +18,7 @@ from tests.support.browser import (  # noqa: F401 - fixtures
     Workbench,
     axe_violations,
     browser,
+    fixture_lease,
     open_session,
     screenshots,
     workbench,
@@ -27,21 +26,17 @@ from tests.support.browser import (  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
-# A lease that outlasts the test (the runner's reaper leaves the fixture's runs alone).
-LEASED = timezone.now() + timedelta(days=1)
 
 FILLER = "\n\n".join(f"Paragraph {n} of the answer, a few words to fill the screen." for n in range(3))
 OLDEST_PAGE = 4
 
 
 def settled_turn(session: Any, n: int) -> Run:
-    # Leased: the workbench's runner reaps a running run whose lease lapsed, as interrupted.
     run = factories.RunFactory(
         session=session,
         prompt_text=f"Question {n}",
         status=RunStatus.RUNNING,
-        lease_owner="fixture",
-        lease_expires_at=LEASED,
+        **fixture_lease(),
     )
     journal.append_batch(
         run.pk,

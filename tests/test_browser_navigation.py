@@ -136,7 +136,8 @@ def test_the_sidebar_searches_renames_deletes_and_makes_sessions(workbench: Work
     fresh = Session.objects.filter(project=project).exclude(pk=alpha.pk).get()
     # The header names an untitled session as the sidebar does.
     assert page.locator("[data-role=title]").inner_text() == f"Untitled session {fresh.pk}"
-    sidebar.locator(f".session[data-session-id='{fresh.pk}']", has_text=f"Untitled session {fresh.pk}").wait_for()
+    listed = sidebar.locator(f".session[data-session-id='{fresh.pk}']")
+    listed.filter(has_text=f"Untitled session {fresh.pk}").wait_for()
 
 
 def test_launching_a_workflow_starts_a_turn_in_a_new_session(workbench: Workbench, project: Any) -> None:

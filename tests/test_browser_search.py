@@ -4,11 +4,9 @@ session scrolled to that turn (docs/search.md). Same harness as the other browse
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from runs import journal
 from runs.journal import NewEvent, done_event
@@ -19,6 +17,7 @@ from tests.support.browser import (  # noqa: F401 - fixtures
     Workbench,
     axe_violations,
     browser,
+    fixture_lease,
     open_session,
     screenshots,
     workbench,
@@ -26,8 +25,6 @@ from tests.support.browser import (  # noqa: F401 - fixtures
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
-# A lease that outlasts the test (the runner's reaper leaves the fixture's runs alone).
-LEASED = timezone.now() + timedelta(days=1)
 
 FILLER = "\n\n".join(
     f"Paragraph {n}: nothing to find here, only words that fill the page." for n in range(14)
@@ -36,13 +33,11 @@ FILLER = "\n\n".join(
 
 def settled_turn(session: Any, prompt: str, answer: str, tools: tuple[str, ...] = ()) -> Run:
     """A turn that ran and settled: its terminal event through finish_run, which indexes it."""
-    # Leased: the workbench's runner reaps a running run whose lease lapsed, as interrupted.
     run = factories.RunFactory(
         session=session,
         prompt_text=prompt,
         status=RunStatus.RUNNING,
-        lease_owner="fixture",
-        lease_expires_at=LEASED,
+        **fixture_lease(),
     )
     events = [NewEvent("run.started", {"status": "running"})]
     for index, title in enumerate(tools):

@@ -9,15 +9,11 @@ its renders in `data-live-renders`.
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 import time
-from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.utils import timezone
 
 from runs import journal
 from runs.journal import NewEvent, done_event
@@ -28,6 +24,7 @@ from tests import factories
 from tests.support.browser import (  # noqa: F401 - fixtures
     Workbench,
     browser,
+    fixture_lease,
     open_session,
     screenshots,
     wait_settled,
@@ -73,14 +70,11 @@ def test_a_fast_stream_renders_in_batches_and_ends_on_the_journals_text(
 ) -> None:
     project = factories.ProjectFactory(owner=user, name="Streams")
     session = factories.SessionFactory(project=project, title="Fast stream")
-    # Leased by a runner alive on this host (this process): the workbench's runner leaves it alone.
-    factories.RunnerFactory(id="fixture", host=socket.gethostname(), pid=os.getpid())
     run = factories.RunFactory(
         session=session,
         prompt_text="Stream fast",
         status=RunStatus.RUNNING,
-        lease_owner="fixture",
-        lease_expires_at=timezone.now() + timedelta(days=1),
+        **fixture_lease(),
     )
     journal.append_batch(run.pk, [NewEvent("run.started", {"status": "running"})], publish=False)
     page = workbench.new_page()

@@ -12,13 +12,16 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from tests.support import procs
 
@@ -274,3 +277,16 @@ def axe_violations(page: Any, *, impacts: tuple[str, ...] = ("serious", "critica
         }"""
     )
     return [violation for violation in found if violation["impact"] in impacts]
+
+
+def fixture_lease() -> dict[str, Any]:
+    """Lease fields for a running run the test itself plays (appending its events).
+
+    The workbench's runner reaps a running run whose lease lapsed, whose runner's pid is dead
+    here, or whose runner it does not know: this names a runner row for the test's own process,
+    alive on this host, with a lease that outlasts the test.
+    """
+    from runs.models import Runner
+
+    Runner.objects.update_or_create(id="fixture", defaults={"host": socket.gethostname(), "pid": os.getpid()})
+    return {"lease_owner": "fixture", "lease_expires_at": timezone.now() + timedelta(days=1)}
