@@ -17,6 +17,7 @@ from runs.runner import connections, leases
 from runs.runner.claims import aclaim_run, run_context
 from runs.runner.leases import Claim, ClaimedRun
 from tests import factories
+from tests.support.pglocks import another_backend_waits_on_a_lock
 from tests.support.runner import claim_next
 
 pytestmark = pytest.mark.django_db
@@ -218,22 +219,13 @@ def test_renewing_leases_holds_one_run_at_a_time_so_a_journal_batch_never_deadlo
         finally:
             connection.close()
 
-    def renewal_waits() -> bool:
-        with connection.cursor() as cursor:
-            # Inside a transaction pg_stat_activity is read once and cached: read it afresh.
-            cursor.execute("SELECT pg_stat_clear_snapshot()")
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-            )
-            return cursor.fetchone()[0] > 0
-
     with transaction.atomic():
         # The writer's batch: it holds run B (its seqs taken) and will take run A next.
         Run.objects.filter(pk=b.pk).update(last_seq=b.last_seq + 1)
         renewer = threading.Thread(target=renew)
         renewer.start()
-        wait_for(lambda: renewal_waits() or renewed, 10, what="the renewal to wait for run B")
+        waiting = lambda: another_backend_waits_on_a_lock() or renewed  # noqa: E731
+        wait_for(waiting, 10, what="the renewal to wait for run B")
         assert not renewed, f"the renewal did not wait for run B: {renewed}"
         try:
             Run.objects.select_for_update(nowait=True).get(pk=a.pk)

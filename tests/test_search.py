@@ -23,6 +23,7 @@ from runs.journal import NewEvent, done_event
 from runs.models import Run, RunStatus, SearchDocument
 from runs.turns import finish_run
 from tests import factories
+from tests.support.pglocks import another_backend_waits_on_a_lock
 
 pytestmark = pytest.mark.django_db
 
@@ -459,19 +460,9 @@ def test_indexing_a_run_waits_for_its_session_lock_without_holding_the_run_again
         indexer = threading.Thread(target=index)
         indexer.start()
 
-        def indexer_waits() -> bool:
-            with connection.cursor() as cursor:
-                # Inside a transaction pg_stat_activity is read once and cached: read it afresh.
-                cursor.execute("SELECT pg_stat_clear_snapshot()")
-                cursor.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                    "AND wait_event_type = 'Lock' AND pid <> pg_backend_pid()"
-                )
-                return cursor.fetchone()[0] > 0
-
         from tests.support.procs import wait_for
 
-        wait_for(indexer_waits, 10, what="the indexer to wait for the session's lock")
+        wait_for(another_backend_waits_on_a_lock, 10, what="the indexer to wait for the session's lock")
         try:
             # do_cancel's next step: the run, under the session's lock. Before the fix the
             # indexer held the run's key here, and this waited on it (a deadlock).
