@@ -40,6 +40,7 @@ from tests.factories import (
     WorkflowFactory,
     run_with_events,
 )
+from tests.support.api_objects import COLLECTIONS  # which object a path's `{id}` names
 
 # PostgreSQL only (bin/test's second pass): production's database, the stricter about what it
 # stores (NUL, integer ranges), and one pass keeps CI's time; SQLite's edges are in
@@ -65,16 +66,6 @@ schema.config.generation.update(with_security_parameters=False)
 rejection = schema.config.checks.negative_data_rejection
 rejection.expected_statuses = [*rejection.expected_statuses, "413"]
 
-# Which object a path's `{id}` names: the first path segment after /api.
-KINDS = {
-    "projects": "project",
-    "workflows": "workflow",
-    "sessions": "session",
-    "runs": "run",
-    "intents": "intent",
-    "jobs": "job",
-    "attachments": "attachment",
-}
 
 # Filled per test by the `objects` fixture; the hook reads it while examples are drawn.
 REAL_IDS: dict[str, int] = {}
@@ -92,7 +83,7 @@ def flatmap_path_parameters(context: Any, path_parameters: dict[str, Any] | None
     """
     if not path_parameters:
         return st.just(path_parameters)
-    kind = KINDS.get(context.operation.path.split("/")[2])
+    kind = COLLECTIONS.get(context.operation.path.split("/")[2])
     real = dict(path_parameters)
     value = real.get("id")
     if kind in REAL_IDS and isinstance(value, int) and not isinstance(value, bool):
@@ -168,7 +159,7 @@ def objects(token: str) -> dict[str, int]:
         "idle_session": idle.pk,
     }
     REAL_IDS.clear()
-    REAL_IDS.update({kind: pk for kind, pk in ids.items() if kind in KINDS.values()})
+    REAL_IDS.update({kind: pk for kind, pk in ids.items() if kind in COLLECTIONS.values()})
     return ids
 
 

@@ -59,6 +59,7 @@ from runs.models import (
 )
 from tests import factories
 from tests.conftest import token_client
+from tests.support.api_objects import COLLECTIONS
 from tests.support.live import LiveSocket, LiveStack, layer, live, session_cookie  # noqa: F401
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -106,15 +107,6 @@ NAMED = {
     "job_id": "job",
     "approval_id": "approval",
     "clarify_id": "clarify",
-}
-COLLECTIONS = {
-    "projects": "project",
-    "workflows": "workflow",
-    "sessions": "session",
-    "runs": "run",
-    "intents": "intent",
-    "jobs": "job",
-    "attachments": "attachment",
 }
 OBJECT_KINDS = {"project", "workflow", "session", "run", "intent", "job", "attachment"}
 # A multipart upload's body (`POST /sessions/{id}/attachments`): a small text file.
