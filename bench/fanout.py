@@ -7,129 +7,80 @@ Three servers, each measured in the same run against the same emitter:
   core-layer group_send per event.
 - raw (ceiling): bench/raw_server.py, `websockets.broadcast` fed by the same doorbell.
 
-The emitter is a separate process that appends as the runner does — JournalWriter.flush:
-runs.journal.append_batch's transaction in a database thread, then the publish from the
-event loop — so the commit and the publish-after-commit are inside the measured path. Each event
-carries the wall-clock time taken just before its append; latency is the client's
+Latency cases run as alternating pairs on sockets that stay open: at each viewer count with a
+target (50, 200) `--rounds` rounds (3) of raw then hermesweb, the next hermesweb then raw, each
+round a new run of the same session; the naive baseline runs once. Each figure is the median
+over its rounds; the target's ratio is the median of the pairs' p99 ratios (hermesweb ÷ raw).
+
+The emitter (bench/fanout_emitter.py, one process for every round) appends as the runner does —
+JournalWriter.flush: runs.journal.append_batch's transaction in a database thread, then the
+publish from the event loop — so the commit and the publish-after-commit are inside the measured
+path. Each event carries the wall-clock time taken just before its append; latency is the client's
 receive time minus that. Delivered events/s counts every event the clients received inside
 the measured window, whether it came alone (`event` frame) or with others (`events` frame:
 hermesweb sends a notification's batch in one; the baselines send a frame per event).
 
-usage: python bench/fanout.py [--quick] [--viewers 1,50,200] [--rate 100] [--json FILE]
+usage: python bench/fanout.py [--quick] [--viewers 1,50,200] [--rounds 3] [--rate 100] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import json
+import os
+import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import orjson
+
 from bench import _support as S
+from bench import _ws
 
 VARIANTS = ("hermesweb", "naive", "raw")
-DELTA = "the quick brown fox jumps "
 # Issue #25: fan-out p99 at 100 events/s as a multiple of the raw `websockets` ceiling, same run.
-P99_OF_CEILING = {50: 1.25, 200: 1.5}  # a few tokens, as a coalesced delta carries
+P99_OF_CEILING = {50: 1.25, 200: 1.5}
 
 
 # ---------------------------------------------------------------- emitter (its own process)
 
 
-def emitter_main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--run", type=int, required=True)
-    parser.add_argument("--session", type=int, required=True)
-    parser.add_argument("--rate", type=float, required=True)
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--seconds", type=float, required=True)
-    parser.add_argument("--warmup", type=float, required=True)
-    parser.add_argument("--mode", choices=("hermesweb", "naive"), required=True)
-    args = parser.parse_args(argv)
-    S.django_for_child()
-    print(json.dumps(asyncio.run(_emit(args))), flush=True)
+class Emitter:
+    """bench/fanout_emitter.py, started once: each round's appends without a Django start-up."""
 
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
 
-async def _emit(args: argparse.Namespace) -> dict[str, Any]:
-    from asgiref.sync import async_to_sync, sync_to_async
-    from django.db import transaction
+    @classmethod
+    async def start(cls, bench: S.BenchEnv) -> Emitter:
+        args = [sys.executable, "-m", "bench.fanout_emitter"]
+        pipe = asyncio.subprocess.PIPE
+        return cls(
+            await asyncio.create_subprocess_exec(*args, cwd=S.REPO, env=bench.env, stdin=pipe, stdout=pipe)
+        )
 
-    from runs import journal
-    from runs.journal import NewEvent
-    from runs.runner.writer import JournalWriter
+    async def emit(self, *args: str) -> dict[str, Any]:
+        """One round: the emitter's command line for it, its result."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write((json.dumps(args) + "\n").encode())
+        while line := await self.proc.stdout.readline():
+            if line.startswith(b"{"):  # its answer; anything else is something a library printed
+                return json.loads(line)
+        raise RuntimeError(f"emitter failed ({await self.proc.wait()})")
 
-    naive_send: Callable[[list[dict[str, Any]]], None] | None = None
-    if args.mode == "naive":
-        from bench.naive_asgi import naive_layer
-
-        layer = naive_layer()
-        group = f"session.{args.session}"
-
-        async def send_each(envelopes: list[dict[str, Any]]) -> None:
-            for envelope in envelopes:  # the naive design: one group message per event
-                await layer.group_send(group, {"type": "bench.event", "event": envelope})
-
-        naive_send = async_to_sync(send_each)
-
-    def append_naive(events: list[NewEvent]) -> None:
-        assert naive_send is not None
-        with transaction.atomic():
-            rows = journal.append_batch(args.run, events, publish=False)
-            envelopes = [row.envelope(args.session) for row in rows]
-            transaction.on_commit(lambda: naive_send(envelopes))
-
-    if naive_send is not None:
-        # As a naive runner would: its database thread publishes each event on commit.
-        append_async: Callable[[list[NewEvent]], Awaitable[Any]] = sync_to_async(append_naive)
-    else:
-        # The runner's own path: JournalWriter.flush → append_batch's transaction in a database
-        # thread, then the publish-after-commit (one notification, events inline) from this loop.
-        append_async = JournalWriter(args.run).flush
-    interval = args.batch / args.rate
-    ticks = int((args.warmup + args.seconds) / interval)
-    start = time.time() + 0.05
-    measure_from = start + args.warmup
-    measure_to = start + args.warmup + args.seconds
-    durations: list[float] = []
-    # Each measured event's emit time and its append's duration: a viewer's latency minus it is
-    # what the server added after the publish (the emitter's commit tail is no server's).
-    appends: list[tuple[float, float]] = []
-    emitted = measured = 0
-    for tick in range(ticks):
-        delay = start + tick * interval - time.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        now = time.time()
-        inside = measure_from <= now < measure_to
-        events = [
-            NewEvent("token.delta", {"message_id": "m1", "delta": DELTA, "t": now, "w": int(inside)})
-            for _ in range(args.batch)
-        ]
-        await append_async(events)
-        durations.append(time.time() - now)
-        if inside:
-            appends.append((now, durations[-1]))
-        emitted += args.batch
-        measured += args.batch if inside else 0
-    end = time.time()
-    await append_async([journal.done_event("completed")])
-    return {
-        "emitted": emitted,
-        "measured": measured,
-        "t0": measure_from,
-        "t1": min(end, measure_to),
-        "achieved_rate": emitted / (end - start),
-        "append_p50_ms": 1000 * S.percentile(durations, 50),
-        "append_p99_ms": 1000 * S.percentile(durations, 99),
-        "appends": appends,
-    }
+    async def stop(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        await self.proc.wait()
 
 
 # ---------------------------------------------------------------- clients (this process)
@@ -137,6 +88,7 @@ async def _emit(args: argparse.Namespace) -> dict[str, Any]:
 
 @dataclass
 class Tally:
+    run_id: int  # one round's run: a late frame of an earlier round is not this round's
     latencies: list[float] = field(default_factory=list)  # seconds, measured-window events only
     sent: list[float] = field(default_factory=list)  # each latency's emit time (the event's `t`)
     buckets: dict[int, int] = field(default_factory=dict)  # 10 ms receive-time bucket → event frames
@@ -146,14 +98,12 @@ class Tally:
     errors: list[bytes] = field(default_factory=list)
 
     def on_frame(self, payload: bytes, now: float) -> None:
-        import orjson
-
-        from bench import _ws
-
         message = orjson.loads(payload)
         kind = message.get("type")
         if kind in ("event", "events"):
             for event in _ws.envelopes(message):
+                if event["run_id"] != self.run_id:
+                    continue
                 self.events += 1
                 bucket = int(now * 100)
                 self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
@@ -206,72 +156,83 @@ class Server:
             self.proc, port = S.start_daphne(app, bench.env, log_dir, name=f"daphne-{variant}")
         self.port = port
 
-    def stop(self) -> None:
-        self.proc.stop()
+
+@dataclass
+class Viewers:
+    """One server's N sockets on one session, open for several rounds: each round a new run."""
+
+    server: Server
+    session: Any
+    clients: list[Any]
+    tallies: list[Tally]  # this round's, one per socket (replaced by each round)
+
+    @classmethod
+    async def open(cls, server: Server, owner: Any, cookie: str, n: int) -> Viewers:
+        from asgiref.sync import sync_to_async
+
+        session = await sync_to_async(S.make_session)(owner, project_name="fanout")
+        viewers = cls(server, session, [], [Tally(0) for _ in range(n)])
+
+        def on_frame(i: int) -> _ws.OnFrame:
+            return lambda payload, now: viewers.tallies[i].on_frame(payload, now)
+
+        viewers.clients = await _ws.connect_many(
+            n,
+            server.port,
+            f"/ws/sessions/{session.pk}/",
+            on_frame,
+            cookie=cookie,
+            origin=f"http://127.0.0.1:{server.port}",
+        )
+        if server.variant == "hermesweb":
+            for client in viewers.clients:
+                client.send_json({"type": "subscribe", "after": {}})
+            await _until(lambda: all(t.snapshots for t in viewers.tallies), 180, "session snapshots")
+        else:
+            await asyncio.sleep(0.3)  # group membership happens right after the handshake
+        return viewers
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
 
 
-async def run_case(
-    server: Server,
-    bench: S.BenchEnv,
-    owner: Any,
-    cookie: str,
-    viewers: int,
+async def run_round(
+    viewers: Viewers,
+    emitter: Emitter,
     rate: float,
     batch: int,
     seconds: float,
     warmup: float,
     profile: Path | None = None,
 ) -> Case:
+    """One run of the session at `rate` events/s, every socket's latency from emit to receive."""
     from asgiref.sync import sync_to_async
 
-    from bench import _ws
-
-    session = await sync_to_async(S.make_session)(owner, project_name="fanout")
-    run = await sync_to_async(S.running_run)(session)
-    tallies = [Tally() for _ in range(viewers)]
-    origin = f"http://127.0.0.1:{server.port}"
-    clients = await _ws.connect_many(
-        viewers,
-        server.port,
-        f"/ws/sessions/{session.pk}/",
-        lambda i: tallies[i].on_frame,
-        cookie=cookie,
-        origin=origin,
-    )
-    if server.variant == "hermesweb":
-        for client in clients:
-            client.send_json({"type": "subscribe", "after": {}})
-        await _until(lambda: all(t.snapshots for t in tallies), 180, "session snapshots")
-    else:
-        await asyncio.sleep(0.3)  # group membership happens right after the handshake
+    server = viewers.server
+    run = await sync_to_async(S.running_run)(viewers.session)
+    tallies = viewers.tallies = [Tally(run.pk) for _ in viewers.clients]
+    n = len(tallies)
     mode = "naive" if server.variant == "naive" else "hermesweb"
-    args = [
-        sys.executable, "-m", "bench.fanout", "_emit", "--run", str(run.pk), "--session", str(session.pk),
-        "--rate", str(rate), "--batch", str(batch), "--seconds", str(seconds), "--warmup", str(warmup),
-        "--mode", mode,
+    round_args = [
+        "--run", str(run.pk), "--session", str(viewers.session.pk), "--rate", str(rate),
+        "--batch", str(batch), "--seconds", str(seconds), "--warmup", str(warmup), "--mode", mode,
     ]  # fmt: skip
-    emitter = await asyncio.create_subprocess_exec(
-        *args, cwd=S.REPO, env=bench.env, stdout=asyncio.subprocess.PIPE
-    )
+    emitted = asyncio.ensure_future(emitter.emit(*round_args))
     spy = None
     if profile is not None and server.variant == "hermesweb":
         profile.mkdir(parents=True, exist_ok=True)
-        spy = S.start_profile(server.proc.pid, warmup + seconds, profile / f"fanout-{viewers}-web.txt")
+        spy = S.start_profile(server.proc.pid, warmup + seconds, profile / f"fanout-{n}-web.txt")
     server_cpu = S.CpuMeter([server.proc.pid])
-    client_cpu = S.CpuMeter([__import__("os").getpid()])
-    out, _ = await emitter.communicate()
+    client_cpu = S.CpuMeter([os.getpid()])
+    info = await emitted
     if spy is not None:
         await asyncio.to_thread(spy.wait)
     cpu_server = server_cpu.percent()[server.proc.pid]
     cpu_client = next(iter(client_cpu.percent().values()))
-    if emitter.returncode != 0:
-        raise RuntimeError(f"emitter failed ({emitter.returncode})")
-    info = json.loads(out.decode().strip().splitlines()[-1])
     # Drain: every viewer should get the terminal event; a lagging server gets a few seconds.
-    with __import__("contextlib").suppress(TimeoutError):
+    with contextlib.suppress(TimeoutError):
         await _until(lambda: all(t.terminals for t in tallies), 2 + seconds, "")
-    for client in clients:
-        client.close()
     latencies = [lat for t in tallies for lat in t.latencies]
     took = {sent: seconds for sent, seconds in info.pop("appends")}
     after = [
@@ -282,19 +243,19 @@ async def run_case(
     ]
     window = info["t1"] - info["t0"]
     frames = sum(t.frames_between(info["t0"], info["t1"]) for t in tallies)
-    expected = (info["emitted"] + 1) * viewers
+    expected = (info["emitted"] + 1) * n
     errors = [e for t in tallies for e in t.errors]
     if errors:
         S.log(f"{server.variant}: {len(errors)} error frames, first: {errors[0][:200]!r}")
     return Case(
         variant=server.variant,
-        viewers=viewers,
+        viewers=n,
         rate=rate,
         batch=batch,
         p50_ms=1000 * S.percentile(latencies, 50),
         p99_ms=1000 * S.percentile(latencies, 99),
         frames_per_s=frames / window,
-        offered_per_s=info["achieved_rate"] * viewers,
+        offered_per_s=info["achieved_rate"] * n,
         lost=expected - sum(t.events for t in tallies),
         server_cpu=cpu_server,
         client_cpu=cpu_client,
@@ -312,20 +273,97 @@ async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> No
         await asyncio.sleep(0.02)
 
 
+# ---------------------------------------------------------------- the plan: alternating pairs
+
+# Which servers a round measures, in order. The target's ceiling and hermesweb alternate (raw
+# first, then hermesweb first, …) on sockets that stay open: the load this shared machine
+# carries drifts, and a ratio is only fair between neighbours.
+PAIR = ("raw", "hermesweb")
+
+
+@dataclass
+class Plan:
+    viewers: list[int]
+    rate: float
+    seconds: float
+    warmup: float
+    rounds: int  # pairs per viewer count that has a target; one pair for the others
+    variants: list[str]
+    tp_viewers: int
+    tp_rate: float
+    tp_batch: int
+    saturation: bool
+    profile: Path | None  # py-spy the web during each viewer count's first pair
+
+
+Cases = dict[tuple[str, str], list[Case]]
+
+
+async def measure(plan: Plan, bench: S.BenchEnv, owner: Any, cookie: str, log_dir: Path) -> Cases:
+    servers = {variant: Server(variant, bench, log_dir) for variant in plan.variants}
+    emitter = await Emitter.start(bench)
+    cases: Cases = {}
+    try:
+        for n in plan.viewers:
+            await _latency_cases(plan, n, servers, emitter, owner, cookie, cases)
+        if plan.saturation:
+            for server in servers.values():
+                S.log(
+                    f"fanout {server.variant}: {plan.tp_viewers} viewers @ {plan.tp_rate:g} ev/s saturation"
+                )
+                viewers = await Viewers.open(server, owner, cookie, plan.tp_viewers)
+                try:
+                    case = await run_round(
+                        viewers, emitter, plan.tp_rate, plan.tp_batch, plan.seconds, plan.warmup
+                    )
+                finally:
+                    viewers.close()
+                cases.setdefault((server.variant, "tp"), []).append(case)
+    finally:
+        await emitter.stop()
+        for server in servers.values():
+            server.proc.stop()
+    return cases
+
+
+async def _latency_cases(
+    plan: Plan, n: int, servers: dict[str, Server], emitter: Emitter, owner: Any, cookie: str, cases: Cases
+) -> None:
+    key = f"lat{n}"
+    opened = {variant: await Viewers.open(server, owner, cookie, n) for variant, server in servers.items()}
+    try:
+        # Off the pair (the naive baseline): one round, first.
+        for variant in [v for v in opened if v not in PAIR]:
+            S.log(f"fanout {variant}: {n} viewers @ {plan.rate:g} ev/s")
+            case = await run_round(opened[variant], emitter, plan.rate, 1, plan.seconds, plan.warmup)
+            cases.setdefault((variant, key), []).append(case)
+        rounds = plan.rounds if n in P99_OF_CEILING else 1
+        for r in range(rounds):
+            order = PAIR if r % 2 == 0 else PAIR[::-1]
+            for variant in [v for v in order if v in opened]:
+                S.log(f"fanout {variant}: {n} viewers @ {plan.rate:g} ev/s, pair {r + 1}/{rounds}")
+                profile = plan.profile if r == 0 else None
+                case = await run_round(
+                    opened[variant], emitter, plan.rate, 1, plan.seconds, plan.warmup, profile
+                )
+                cases.setdefault((variant, key), []).append(case)
+    finally:
+        for viewers in opened.values():
+            viewers.close()
+
+
 # ---------------------------------------------------------------- main
 
 
 def main() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "_emit":
-        emitter_main(sys.argv[2:])
-        return
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--quick", action="store_true", help="50 viewers only, 2-s windows (~25 s)")
     parser.add_argument("--viewers", help="comma-separated viewer counts (default 1,50,200)")
     parser.add_argument("--rate", type=float, default=100.0, help="events/s for the latency cases")
-    parser.add_argument("--seconds", type=float, help="measured window per case")
+    parser.add_argument("--seconds", type=float, help="measured window per round (default 3)")
+    parser.add_argument("--rounds", type=int, help="raw/hermesweb pairs per targeted count (3; quick 1)")
     parser.add_argument("--throughput-viewers", type=int, help="viewers for the saturation case (200)")
     parser.add_argument("--throughput-rate", type=float, default=2000.0, help="events/s offered (2000)")
     parser.add_argument("--throughput-batch", type=int, default=50, help="events per append (50)")
@@ -334,148 +372,138 @@ def main() -> None:
     parser.add_argument("--profile", type=Path, help="py-spy the hermesweb web process per case into DIR")
     parser.add_argument("--json", help="append result rows to this file (bench/run)")
     args = parser.parse_args()
-    viewers = [int(v) for v in (args.viewers or ("50" if args.quick else "1,50,200")).split(",")]
-    seconds = args.seconds or (2.0 if args.quick else 4.0)
-    warmup = 0.5 if args.quick else 1.0
-    tp_viewers = args.throughput_viewers or (50 if args.quick else 200)
-    variants = [v for v in args.variants.split(",") if v]
-
+    plan = Plan(
+        viewers=[int(v) for v in (args.viewers or ("50" if args.quick else "1,50,200")).split(",")],
+        rate=args.rate,
+        seconds=args.seconds or (2.0 if args.quick else 3.0),
+        warmup=0.5 if args.quick else 1.0,
+        rounds=args.rounds or (1 if args.quick else 3),
+        variants=[v for v in args.variants.split(",") if v],
+        tp_viewers=args.throughput_viewers or (50 if args.quick else 200),
+        tp_rate=args.throughput_rate,
+        tp_batch=args.throughput_batch,
+        saturation=not args.no_saturation,
+        profile=args.profile,
+    )
     bench = S.setup("postgres", redis=True, name="fanout")
     owner = S.make_owner()
     cookie = S.session_cookie(owner)
-    log_dir = bench.data_dir / "logs"
-    cases: dict[tuple[str, str], Case] = {}
-
-    async def measure() -> None:
-        # All servers up at once and variants interleaved per case: the other load on this
-        # shared machine drifts, and a baseline is only comparable when measured alongside.
-        servers = [Server(variant, bench, log_dir) for variant in variants]
-        plan = [(f"lat{n}", n, args.rate, 1) for n in viewers]
-        if not args.no_saturation:
-            plan.append(("tp", tp_viewers, args.throughput_rate, args.throughput_batch))
-        try:
-            for key, n, rate, batch in plan:
-                for server in servers:
-                    S.log(f"fanout {server.variant}: {n} viewers @ {rate:g} ev/s in batches of {batch}")
-                    cases[(server.variant, key)] = await run_case(
-                        server, bench, owner, cookie, n, rate, batch, seconds, warmup, args.profile
-                    )
-        finally:
-            for server in servers:
-                server.stop()
-
-    asyncio.run(measure())
-    for (variant, key), case in cases.items():
-        S.log(
-            f"{variant:9} {key:6} p50 {case.p50_ms:7.2f} ms  p99 {case.p99_ms:8.2f} ms  "
-            f"{case.frames_per_s:9.0f} frames/s (offered {case.offered_per_s:.0f})  lost {case.lost}  "
-            f"server CPU {case.server_cpu:.0f}%  client CPU {case.client_cpu:.0f}%  "
-            f"append p50 {case.emitter['append_p50_ms']:.2f} ms  "
-            f"after it p50 {case.after_append_p50_ms:.2f} ms p99 {case.after_append_p99_ms:.2f} ms"
-        )
-    S.emit(rows(cases, viewers, args.rate, tp_viewers, args.throughput_rate), args.json)
+    cases = asyncio.run(measure(plan, bench, owner, cookie, bench.data_dir / "logs"))
+    for (variant, key), runs in cases.items():
+        for i, case in enumerate(runs):
+            S.log(
+                f"{variant:9} {key:6} #{i + 1} p50 {case.p50_ms:7.2f} ms  p99 {case.p99_ms:8.2f} ms  "
+                f"{case.frames_per_s:9.0f} frames/s (offered {case.offered_per_s:.0f})  lost {case.lost}  "
+                f"server CPU {case.server_cpu:.0f}%  client CPU {case.client_cpu:.0f}%  "
+                f"append p50 {case.emitter['append_p50_ms']:.2f} ms  "
+                f"after it p50 {case.after_append_p50_ms:.2f} ms p99 {case.after_append_p99_ms:.2f} ms"
+            )
+    S.emit(rows(cases, plan), args.json)
 
 
-def rows(
-    cases: dict[tuple[str, str], Case], viewers: list[int], rate: float, tp_viewers: int, tp_rate: float
-) -> list[S.Row]:
+def median_case(runs: list[Case]) -> Case:
+    """The rounds' figures, each the median over the rounds (not one round's); lost: the most."""
+    names = ("p50_ms", "p99_ms", "frames_per_s", "offered_per_s", "server_cpu", "client_cpu")
+    names += ("after_append_p50_ms", "after_append_p99_ms")
+    medians = {name: statistics.median(getattr(case, name) for case in runs) for name in names}
+    emitter = {k: statistics.median(c.emitter[k] for c in runs) for k in ("append_p50_ms", "append_p99_ms")}
+    return dataclasses.replace(runs[0], lost=max(c.lost for c in runs), emitter=emitter, **medians)
+
+
+def pair_ratios(cases: Cases, key: str) -> list[float]:
+    """hermesweb's p99 ÷ the raw ceiling's, per alternating pair (round r of each)."""
+    ours, ceiling = cases.get(("hermesweb", key), []), cases.get(("raw", key), [])
+    return [h.p99_ms / r.p99_ms for h, r in zip(ours, ceiling, strict=False) if r.p99_ms > 0]
+
+
+def rows(cases_by_round: Cases, plan: Plan) -> list[S.Row]:
     import math
+
+    cases = {key: median_case(runs) for key, runs in cases_by_round.items()}
+    rate, tp_viewers, tp_rate = plan.rate, plan.tp_viewers, plan.tp_rate
 
     def get(variant: str, key: str, attr: str) -> float:
         case = cases.get((variant, key))
         return float(getattr(case, attr)) if case else math.nan
 
+    def row(figure: str, key: str, attr: str, note: str = "", **extra: Any) -> S.Row:
+        """hermesweb's figure beside the naive baseline's and the raw ceiling's (medians of rounds)."""
+        return S.Row(
+            bench="fanout",
+            figure=figure,
+            value=get("hermesweb", key, attr),
+            unit="ms" if attr.endswith("_ms") else "/s",
+            higher_is_better=not attr.endswith("_ms"),
+            baseline="naive Channels",
+            baseline_value=get("naive", key, attr),
+            ceiling="raw websockets",
+            ceiling_value=get("raw", key, attr),
+            note=note,
+            extra=extra,
+        )
+
     out: list[S.Row] = []
-    for n in viewers:
-        key = f"lat{n}"
-        for pct in ("p50", "p99"):
-            attr = f"{pct}_ms"
-            case = cases.get(("hermesweb", key))
-            out.append(
-                S.Row(
-                    bench="fanout",
-                    figure=f"{pct} emit→receive, {n} viewer{'s' * (n > 1)} @ {rate:g} ev/s",
-                    value=get("hermesweb", key, attr),
-                    unit="ms",
-                    higher_is_better=False,
-                    baseline="naive Channels",
-                    baseline_value=get("naive", key, attr),
-                    ceiling="raw websockets",
-                    ceiling_value=get("raw", key, attr),
-                    note=(
-                        f"of which the emitter's append (commit + publish): p50 "
-                        f"{case.emitter['append_p50_ms']:.1f} ms, "
-                        f"p99 {case.emitter['append_p99_ms']:.1f} ms; "
-                        f"after the append p99 {case.after_append_p99_ms:.1f} ms"
-                        f" (raw websockets {get('raw', key, 'after_append_p99_ms'):.1f} ms)"
-                        if case and pct == "p99"
-                        else ""
-                    ),
-                    extra={"lost": case.lost if case else None},
-                )
+    for n in plan.viewers:
+        key, viewers = f"lat{n}", f"{n} viewer{'s' * (n > 1)}"
+        case = cases.get(("hermesweb", key))
+        out.append(row(f"p50 emit→receive, {viewers} @ {rate:g} ev/s", key, "p50_ms"))
+        note = ""
+        if case:
+            appended, after = case.emitter, get("raw", key, "after_append_p99_ms")
+            note = (
+                f"of which the emitter's append (commit + publish): p50 {appended['append_p50_ms']:.1f} ms, "
+                f"p99 {appended['append_p99_ms']:.1f} ms; after the append p99 "
+                f"{case.after_append_p99_ms:.1f} ms (raw websockets {after:.1f} ms)"
             )
         out.append(
-            S.Row(
-                bench="fanout",
-                figure=f"delivered events/s, {n} viewer{'s' * (n > 1)} @ {rate:g} ev/s",
-                value=get("hermesweb", key, "frames_per_s"),
-                unit="/s",
-                higher_is_better=True,
-                baseline="naive Channels",
-                baseline_value=get("naive", key, "frames_per_s"),
-                ceiling="raw websockets",
-                ceiling_value=get("raw", key, "frames_per_s"),
-                note=_loss_note(cases, key),
-            )
+            row(f"p99 emit→receive, {viewers} @ {rate:g} ev/s", key, "p99_ms", note, lost=case and case.lost)
+        )
+        out.append(
+            row(f"delivered events/s, {viewers} @ {rate:g} ev/s", key, "frames_per_s", _loss_note(cases, key))
         )
     hw = cases.get(("hermesweb", "tp"))
+    cpu = f"web CPU {hw.server_cpu:.0f}%, client CPU {hw.client_cpu:.0f}%" if hw else ""
+    note = "; ".join(part for part in (_loss_note(cases, "tp"), cpu) if part)
     out.append(
-        S.Row(
-            bench="fanout",
-            figure=f"saturation events/s delivered, {tp_viewers} viewers, {tp_rate:g} ev/s offered",
-            value=get("hermesweb", "tp", "frames_per_s"),
-            unit="/s",
-            higher_is_better=True,
-            baseline="naive Channels",
-            baseline_value=get("naive", "tp", "frames_per_s"),
-            ceiling="raw websockets",
-            ceiling_value=get("raw", "tp", "frames_per_s"),
-            note="; ".join(
-                part
-                for part in (
-                    _loss_note(cases, "tp"),
-                    f"web CPU {hw.server_cpu:.0f}%, client CPU {hw.client_cpu:.0f}%" if hw else "",
-                )
-                if part
-            ),
+        row(
+            f"saturation events/s delivered, {tp_viewers} viewers, {tp_rate:g} ev/s offered",
+            "tp",
+            "frames_per_s",
+            note,
         )
     )
     for n, limit in P99_OF_CEILING.items():
-        if n in viewers and rate == 100:
+        if n in plan.viewers and rate == 100:
+            ratios = pair_ratios(cases_by_round, f"lat{n}")
             out.append(
-                S.ratio_row(
-                    "fanout",
-                    f"p99 emit→receive, {n} viewers @ 100 ev/s ÷ raw websockets ceiling",
-                    get("hermesweb", f"lat{n}", "p99_ms"),
-                    get("raw", f"lat{n}", "p99_ms"),
-                    unit="ms",
-                    limit=limit,
-                    at_most=True,
+                S.Row(
+                    bench="fanout",
+                    figure=f"p99 emit→receive, {n} viewers @ 100 ev/s ÷ raw websockets ceiling",
+                    value=statistics.median(ratios) if ratios else math.nan,
+                    unit="x",
+                    higher_is_better=False,
+                    target=limit,
+                    target_text=f"≤ {limit:g}x",
+                    note=(
+                        f"the median of {len(ratios)} alternating pairs' ratios "
+                        f"({', '.join(f'{r:.2f}' for r in ratios)}); median p99s "
+                        f"{S.fmt(get('hermesweb', f'lat{n}', 'p99_ms'), 'ms')} ÷ "
+                        f"{S.fmt(get('raw', f'lat{n}', 'p99_ms'), 'ms')}"
+                    ),
                 )
             )
+    hw_tp, raw_tp, naive_tp = (get(v, "tp", "frames_per_s") for v in ("hermesweb", "raw", "naive"))
     out.append(
         S.ratio_row(
             "fanout",
             f"saturation events/s delivered, {tp_viewers} viewers ÷ raw websockets ceiling",
-            get("hermesweb", "tp", "frames_per_s"),
-            get("raw", "tp", "frames_per_s"),
+            hw_tp,
+            raw_tp,
             unit="/s",
             limit=1.0,
             at_most=False,
         )
     )
-    naive_tp = get("naive", "tp", "frames_per_s")
-    hw_tp = get("hermesweb", "tp", "frames_per_s")
     out.append(
         S.Row(
             bench="fanout",

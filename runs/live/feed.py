@@ -23,9 +23,11 @@ from django.conf import settings
 from runs import journal, notify
 from runs.live.doorbell import layer_down, poll_seconds, watch_layer
 from runs.live.protocol import (
+    FIRST_PAGE_EVENTS,
     EventFrame,
     envelope_frames,
     error_frame,
+    page_events,
     row_frames,
     session_frame,
     socket_frames,
@@ -339,9 +341,10 @@ class SessionFeed:
             await self._fan_out(run_id, envelope_frames(fresh))
             high += len(fresh)
         target = max(last_seq, inline[-1]["seq"] if inline else 0)
+        events = FIRST_PAGE_EVENTS  # pages bounded in characters, not only in events
         while high < target:
             try:
-                page = await database_sync_to_async(read_page)(run_id, high, target)
+                page = await database_sync_to_async(read_page)(run_id, high, min(target, high + events))
             except (journal.JournalError, Run.DoesNotExist) as exc:
                 # Compacted or deleted meanwhile: each subscriber that has not sent this range stops
                 # following the run, with the journal's reason if it gave one.
@@ -357,6 +360,7 @@ class SessionFeed:
             read = True
             await self._fan_out(run_id, row_frames(page.rows))
             high = page.rows[-1][0]
+            events = page_events(page.rows)
         self.heads[run_id] = high
         return read
 

@@ -9,6 +9,10 @@ the client's pace), the feed's skip the socket (its backlog, bounded by count, t
 each frame still handed over (pongs, heartbeats) adds to `unwritten`. A socket not drained
 within `stall_seconds`, or whose `unwritten` passes `max_bytes`, is closed with 4008; the
 client resumes from its cursors.
+
+It also writes a text frame straight to the socket (`write_text`) while the transport holds
+nothing unwritten: the frame autobahn would build, one `send` with no trip through Channels,
+daphne, autobahn and Twisted's write buffer (bench/README.md, fan-out).
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Any
+import struct
+from typing import Any, NamedTuple
 
 from runs.live.doorbell import tuning
 
@@ -34,6 +39,37 @@ def stall_seconds() -> float:
     return tuning("HERMESWEB_SOCKET_STALL_SECONDS", 30.0)
 
 
+class WireFrame(NamedTuple):
+    """A text message as a WebSocket frame from the server: unmasked, unfragmented, uncompressed."""
+
+    payload_bytes: int
+    data: bytes
+
+
+def wire_frame(text: str) -> WireFrame:
+    """`text` as the single frame autobahn's sendMessage writes for it (RFC 6455 §5.2).
+
+    Every socket of a feed gets the same text object: the last one's frame is reused.
+    """
+    last = _last_frame
+    if last and last[0] is text:
+        return last[1]
+    payload = text.encode()
+    n = len(payload)
+    if n < 126:
+        head = struct.pack("!BB", 0x81, n)
+    elif n < 65536:
+        head = struct.pack("!BBH", 0x81, 126, n)
+    else:
+        head = struct.pack("!BBQ", 0x81, 127, n)
+    frame = WireFrame(n, head + payload)
+    _last_frame[:] = (text, frame)
+    return frame
+
+
+_last_frame: list[Any] = []  # (text, its WireFrame): the text is kept alive, so `is` cannot mistake it
+
+
 class TooSlow(Exception):
     """The client did not read what was sent to it: close with 4008, it resumes from its cursors."""
 
@@ -46,18 +82,23 @@ class Outflow:
         "_drained",
         "_previous",
         "closed",
+        "direct",
         "max_bytes",
         "pause_bytes",
         "paused",
         "peak",
+        "protocol",
         "stall",
         "too_slow",
         "transport",
         "unwritten",
     )
 
-    def __init__(self, transport: Any, max_bytes: int, stall: float) -> None:
+    def __init__(self, transport: Any, max_bytes: int, stall: float, protocol: Any = None) -> None:
         self.transport = transport
+        # The socket's autobahn protocol (daphne's WebSocketProtocol): with it, write_text.
+        self.protocol = protocol
+        self.direct = protocol is not None and writes_plain_frames(transport, protocol)
         self.max_bytes = max_bytes
         self.stall = stall
         self.pause_bytes = int(getattr(transport, "bufferSize", TWISTED_BUFFER_BYTES))
@@ -113,6 +154,37 @@ class Outflow:
                 self.too_slow = f"{self.unwritten} bytes unwritten (bound {self.max_bytes})"
         return self.too_slow is None
 
+    def write_text(self, text: str) -> bool:
+        """Write `text` as one frame to the socket now, if nothing unwritten is ahead of it.
+
+        False: not written (a transport that holds bytes, a closing socket, a frame over daphne's
+        limit, not a plain TCP transport); the server's own send then takes it, in order, with
+        its own rules. What the kernel does not take now, Twisted keeps, as it would have.
+        """
+        transport, protocol = self.transport, self.protocol
+        if (
+            not self.direct
+            or not text  # daphne sends nothing for an empty text
+            or self.paused
+            or transport.dataBuffer
+            or transport._tempDataLen
+            or not transport.connected
+            or transport.disconnecting
+            or transport.TLS
+            or protocol.state != protocol.STATE_OPEN
+            or protocol.send_queue
+        ):
+            return False
+        frame = wire_frame(text)
+        if 0 < protocol.maxMessagePayloadSize < frame.payload_bytes:
+            return False  # autobahn refuses it and daphne closes the socket: as before
+        written = transport.writeSomeData(frame.data)
+        if isinstance(written, BaseException):
+            return False  # the connection is lost: the server's send meets it as it would
+        if written < len(frame.data):
+            transport.write(frame.data[written:])
+        return True
+
     def has_room(self) -> bool:
         """Whether a frame may go now without waiting: the transport is not holding a backlog."""
         return not self.paused and self.too_slow is None
@@ -145,7 +217,27 @@ def watch(send: Any) -> Outflow | None:
     if transport is None or not hasattr(transport, "registerProducer") or not hasattr(transport, "producer"):
         return None
     try:
-        return Outflow(transport, max_backlog_bytes(), stall_seconds())
+        return Outflow(transport, max_backlog_bytes(), stall_seconds(), send.args[0])
     except RuntimeError:
         log.warning("socket transport has a producer we cannot chain: its send buffer is not bounded")
         return None
+
+
+def writes_plain_frames(transport: Any, protocol: Any) -> bool:
+    """Whether `write_text` may write to this socket: a Twisted TCP transport without TLS, and
+    frames that autobahn sends as they are (no compression, masking or fragmenting)."""
+    twisted_tcp = all(
+        hasattr(transport, name)
+        for name in ("writeSomeData", "write", "dataBuffer", "_tempDataLen", "connected", "disconnecting")
+    )
+    autobahn = all(
+        hasattr(protocol, name) for name in ("state", "STATE_OPEN", "send_queue", "maxMessagePayloadSize")
+    )
+    return (
+        twisted_tcp
+        and autobahn
+        and getattr(transport, "TLS", None) is False
+        and getattr(protocol, "websocket_extensions_in_use", None) == []
+        and getattr(protocol, "maskServerFrames", None) is False
+        and getattr(protocol, "autoFragmentSize", None) == 0
+    )

@@ -21,6 +21,12 @@ MAX_CURSORS = 1000
 # daphne's WebSocket library refuses to send a message over 1 MiB (and closes the socket):
 # a catch-up frame stays under a quarter of that in characters, so under 1 MiB in UTF-8.
 CATCHUP_FRAME_CHARS = 256 * 1024
+# A page read from the journal holds about this many characters of envelopes. The journal counts
+# a page in events (HERMESWEB_EVENTS_PAGE_MAX): a page of large tool outputs (5,000 of 64 KiB)
+# would be hundreds of MB in one read, so each page asks for as many events as the previous
+# page's size per event says fit, starting from FIRST_PAGE_EVENTS.
+PAGE_CHARS = 2 * 1024 * 1024
+FIRST_PAGE_EVENTS = 32
 
 # One envelope as JSON text: (seq, terminal, text), the rows journal.read_encoded returns.
 # A plain tuple: replay handles every row on every socket, and a NamedTuple per row costs
@@ -86,6 +92,15 @@ def _events_frame(run_id: int, rows: Sequence[EventRow]) -> EventFrame:
     body = ",".join(text for _, _, text in rows)
     seq, terminal, _ = rows[-1]
     return EventFrame(seq, terminal, f'{{"type":"events","run_id":{run_id},"events":[{body}]}}')
+
+
+def page_events(rows: Sequence[EventRow], budget_chars: int = PAGE_CHARS) -> int:
+    """How many events the next page may ask for to hold about `budget_chars`, going by `rows`,
+    the page just read (at least one; FIRST_PAGE_EVENTS when there is nothing to go by)."""
+    chars = sum(len(text) for _, _, text in rows)
+    if not chars:
+        return FIRST_PAGE_EVENTS
+    return max(1, budget_chars * len(rows) // chars)
 
 
 def socket_frames(run_id: int, frames: Sequence[EventFrame]) -> Sequence[EventFrame] | Iterator[EventFrame]:

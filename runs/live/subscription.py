@@ -27,7 +27,14 @@ from runs.live.feed import (
     get_hub,
 )
 from runs.live.outflow import Outflow, max_backlog_bytes
-from runs.live.protocol import EventFrame, error_frame, events_frames, socket_frames
+from runs.live.protocol import (
+    FIRST_PAGE_EVENTS,
+    EventFrame,
+    error_frame,
+    events_frames,
+    page_events,
+    socket_frames,
+)
 from runs.live.reads import plan_subscription, pooled, read_page, run_floor, run_heads
 from runs.models import Run
 
@@ -276,10 +283,13 @@ class Subscription:
                 self.done.add(run_id)
 
     async def catch_up(self, run_id: int) -> None:
-        """Replay run_id's events after what this socket sent, from the database, in pages."""
+        """Replay run_id's events after what this socket sent, from the database, in pages bounded
+        in characters as well as in events (protocol.page_events)."""
+        events = FIRST_PAGE_EVENTS
         while run_id not in self.done:
             try:
-                page = await pooled(read_page)(run_id, self.sent[run_id])
+                after = self.sent[run_id]
+                page = await pooled(read_page)(run_id, after, after + events)
             except journal.JournalError as exc:
                 self.refused.add(run_id)
                 await self._send(error_frame(exc.code, str(exc), run_id=run_id))
@@ -288,8 +298,10 @@ class Subscription:
                 self.refused.add(run_id)
                 return
             await self._send_frames(run_id, events_frames(run_id, page.rows))
-            if not page.rows or not page.has_more:
+            # has_more is counted up to the page's own bound: the run's last seq says what is left.
+            if not page.rows or page.rows[-1][0] >= page.last_seq:
                 return
+            events = page_events(page.rows)
 
     async def resync(self) -> None:
         """The backlog was dropped: replay every followed run from the database, which has it all."""
