@@ -10,6 +10,7 @@
   encodes, authenticates or crosses a socket, so they bound what any client can get.
 
 usage: python bench/replay.py [--db postgres|sqlite] [--events 100000] [--quick] [--json FILE]
+                              [--passes 2] [--profile DIR]
 """
 
 from __future__ import annotations
@@ -148,6 +149,29 @@ def replay_polling(port: int, cookie: str, run_id: int, page: int) -> tuple[floa
     return elapsed, count
 
 
+PROFILE_SECONDS = 10
+
+
+def profile_replays(
+    out: Path, db: str, pid: int, port: int, cookie: str, session_id: int, run_id: int, page: int
+) -> None:
+    """py-spy the web process (raw collapsed stacks) while it serves one kind of replay after another."""
+    out.mkdir(parents=True, exist_ok=True)
+    kinds = {
+        "ws": lambda: asyncio.run(replay_websocket(port, cookie, session_id, run_id)),
+        "poll": lambda: replay_polling(port, cookie, run_id, page),
+    }
+    for kind, replay in kinds.items():
+        spy = S.start_profile(pid, PROFILE_SECONDS, out / f"replay-{db}-{kind}.txt")
+        if spy is None:
+            return
+        S.log(f"replay {db}: profiling the {kind} replay for {PROFILE_SECONDS} s")
+        deadline = time.monotonic() + PROFILE_SECONDS
+        while time.monotonic() < deadline:
+            replay()
+        spy.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -156,6 +180,15 @@ def main() -> None:
     parser.add_argument("--events", type=int)
     parser.add_argument("--quick", action="store_true", help="a 10k-event run")
     parser.add_argument("--json", help="append result rows to this file (bench/run)")
+    parser.add_argument(
+        "--passes",
+        type=int,
+        default=2,
+        help="passes (at least 2: the first warms caches); the last is reported",
+    )
+    parser.add_argument(
+        "--profile", type=Path, help="then py-spy the web process over repeated replays of each kind into DIR"
+    )
     args = parser.parse_args()
     n = args.events or (10_000 if args.quick else 100_000)
     bench = S.setup(args.db, redis=args.db == "postgres", name=f"replay-{args.db}")
@@ -169,7 +202,8 @@ def main() -> None:
     results: dict[str, float] = {}
     cpu: dict[str, float] = {}
     try:
-        for attempt in range(2):  # the first pass also warms the database's cache and daphne's imports
+        # The first pass also warms the database's cache and daphne's imports.
+        for attempt in range(max(args.passes, 2)):
             S.log(f"replay {args.db}: raw reads (pass {attempt + 1})")
             start = time.perf_counter()
             assert read_orm(run_id, page) == n
@@ -187,6 +221,8 @@ def main() -> None:
             elapsed, got = replay_polling(port, cookie, run_id, page)
             assert got == n, f"polling replay delivered {got} of {n} events"
             results["poll"], cpu["poll"] = n / elapsed, meter.percent()[daphne.pid]
+        if args.profile:
+            profile_replays(args.profile, args.db, daphne.pid, port, cookie, session_id, run_id, page)
     finally:
         daphne.stop()
     label = "PostgreSQL" if args.db == "postgres" else "SQLite"

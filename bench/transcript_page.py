@@ -296,7 +296,10 @@ def shot(context: Any, page: Any, directory: str, name: str, scheme: str, size: 
         phone.close()
 
 
-def load(browser: Any, base_url: str, cookie: str, session_id: int) -> dict[str, float]:
+def load(
+    browser: Any, base_url: str, cookie: str, session_id: int, profile: str | None = None
+) -> dict[str, float]:
+    """One load of a session's page, timed; `profile`: save the page's CPU profile there too."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
     context = browser.new_context(base_url=base_url, viewport={"width": 1280, "height": 860})
@@ -304,11 +307,20 @@ def load(browser: Any, base_url: str, cookie: str, session_id: int) -> dict[str,
         context.add_cookies([{"name": "sessionid", "value": cookie, "url": base_url}])
         context.add_init_script(LONG_TASKS)
         page = context.new_page()
+        cdp = context.new_cdp_session(page) if profile else None
+        if cdp is not None:
+            cdp.send("Profiler.enable")
+            cdp.send("Profiler.setSamplingInterval", {"interval": 200})
+            cdp.send("Profiler.start")
         page.goto(f"/sessions/{session_id}/", wait_until="commit", timeout=TIMEOUT_MS)
         ready = bottom = math.nan  # not there within TIMEOUT_MS: a MISS, with what it waited on
         with contextlib.suppress(PlaywrightTimeout):
             ready = page.wait_for_function(READY, timeout=TIMEOUT_MS, polling=10).json_value()
             bottom = page.wait_for_function(BOTTOM, timeout=TIMEOUT_MS, polling=10).json_value()
+        if cdp is not None:
+            cpu = cdp.send("Profiler.stop")["profile"]
+            Path(str(profile)).write_bytes(orjson.dumps(cpu))
+            S.log("transcript page: the long page's main thread, self time:\n" + top_functions(cpu, 25))
         tasks = page.evaluate("() => window.__long")
         # Where the time went: the two reads the page waits on (the transcript, the rendered turns).
         reads = page.evaluate(RESOURCES)
@@ -363,6 +375,9 @@ def main() -> None:
     )
     parser.add_argument("--profile", help="save a CPU profile of the page while it streams (.cpuprofile)")
     parser.add_argument("--stream-only", action="store_true", help="only the streaming phase")
+    parser.add_argument(
+        "--page-profile", help="save a CPU profile of the long page's first load (.cpuprofile)"
+    )
     args = parser.parse_args()
     n = args.events or (10_000 if args.quick else 100_000)
     loads = args.loads or (1 if args.quick else 3)
@@ -391,7 +406,8 @@ def main() -> None:
                 for i in range(0 if args.stream_only else loads):
                     for key, session_id in (("long", long_session), ("short", short_session)):
                         S.log(f"transcript page: load {i + 1} of the {key} session")
-                        times[key].append(load(browser, base_url, cookie, session_id))
+                        profile = args.page_profile if key == "long" and i == 0 else None
+                        times[key].append(load(browser, base_url, cookie, session_id, profile))
                 S.log(f"transcript page: streaming {args.rate:g} deltas/s for {args.seconds:g} s")
                 stream = streaming(browser, base_url, cookie, owner, args)
             finally:

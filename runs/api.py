@@ -132,7 +132,8 @@ def transcript(
 
     The newest page unless `before`; `has_more` says older turns exist (pass `before` on). A page
     also stops at HERMESWEB_TRANSCRIPT_PAGE_BYTES: a single larger turn comes with `complete`
-    false, its state cut at `state.last_seq`, to be read on from the run's events. `after_run`
+    false, its state cut at `state.last_seq`, to be read on from the run's events. A state has no
+    `text` or `reasoning`: they are in its `items`, each once. `after_run`
     leaves out that run and older ones (a page re-reading only the turns it does not hold); then
     `has_more` says turns newer than `after_run` but older than the page exist.
     """
@@ -159,7 +160,7 @@ def transcript(
             created_at=run.created_at,
             started_at=run.started_at,
             finished_at=run.finished_at,
-            state=state,
+            state=transcript_pages.page_state(state),
             complete=complete,
         )
         for run, state, complete in page.turns
@@ -214,7 +215,7 @@ def run_events(
     run = get_visible(Run.objects, request.auth, id, "run")
     cursor = after_seq if after_seq is not None else _cursor_from_header(run, last_event_id)
     try:
-        page = journal.read_encoded(run, cursor, limit)
+        page = journal.read_encoded_array(run, cursor, limit)
     except journal.CursorAhead as exc:
         raise ApiError(409, "cursor_ahead", str(exc), {"last_seq": run.last_seq}) from None
     except journal.CursorExpired as exc:
@@ -224,7 +225,7 @@ def run_events(
     # The envelopes are JSON already (journal.read_encoded says why): the body is assembled,
     # not validated and re-encoded; EventsPage still documents it, and tests hold it to it.
     body = (
-        f'{{"run_id":{run.pk},"events":{page.json_array()},"last_seq":{page.last_seq},'
+        f'{{"run_id":{run.pk},"events":{page.text},"last_seq":{page.last_seq},'
         f'"terminal":{_json_bool(page.terminal)},"has_more":{_json_bool(page.has_more)}}}'
     )
     return HttpResponse(body, content_type="application/json")

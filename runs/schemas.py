@@ -147,7 +147,10 @@ class TurnOut(Schema):
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
-    state: dict[str, Any] = Field(description="runs.transcript.materialize() of the run's events.")
+    state: dict[str, Any] = Field(
+        description="runs.transcript.materialize() of the run's events, without `text` and `reasoning`: "
+        "the run's text and reasoning are in `items` (text and reasoning items, in order), each once."
+    )
     complete: bool = Field(
         True,
         description="False when `state` stops at `state.last_seq` to bound the page: read the rest "

@@ -27,6 +27,8 @@ SIZE_CHECK_EVENTS = 2000
 # `:` and `,` that orjson leaves out, so it can be up to ~1.5x the compact bytes: over twice the
 # budget in SQL is over the budget for certain.
 SIZE_CHECK_SLACK = 2
+# A page's turn states leave these out (`page_state`): each is the join of the state's items.
+PAGE_OMITS = frozenset({"text", "reasoning"})
 
 
 def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, Any]:
@@ -252,7 +254,7 @@ def page_turns(
     The first run always goes in, cut short (`complete` False) when it alone passes the budget;
     with `skip_oversized` such a run comes with an empty state instead and the page goes on. Each run's events
     are read with an iterator, so a page holds at most about `budget` of them at a time; its
-    JSON stays under about twice that (a text is both `text` and an item) plus one prompt.
+    JSON (`page_state`) stays under about that plus one prompt.
     `cut_states` False: a cut run comes with an empty state (its rendered fragment is "too
     large" either way), so a run plainly over the budget is not folded at all.
     """
@@ -275,6 +277,12 @@ def page_turns(
             return TurnsPage(turns, index + 1 < len(runs))
         spent += cost + used
     return TurnsPage(turns, False)
+
+
+def page_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A turn's state as a transcript page sends it: without the run's whole `text` and
+    `reasoning`, which are its text and reasoning items joined (the page would carry them twice)."""
+    return {key: value for key, value in state.items() if key not in PAGE_OMITS}
 
 
 def plainly_over(run: Run, budget: int) -> bool:

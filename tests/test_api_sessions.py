@@ -13,7 +13,7 @@ from django.test import Client
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
 from runs.models import Attachment, Control, ControlKind, Run, RunStatus
-from runs.transcript import materialize
+from runs.transcript import materialize, page_state
 from tests.conftest import token_client
 from tests.factories import PendingIntentFactory, ProjectFactory, RunFactory, SessionFactory, run_with_events
 
@@ -267,10 +267,11 @@ def test_the_transcript_materializes_each_turn_and_lists_open_intents(api: Clien
         "composer",
     )
     assert first["finished_at"] is not None
-    assert first["state"]["text"] == "I'll run the tests.All 3 tests pass."
+    texts = [[i["text"] for i in turn["state"]["items"] if i["kind"] == "text"] for turn in (first, second)]
+    assert "".join(texts[0]) == "I'll run the tests.All 3 tests pass."
     assert first["state"]["terminal_state"] == "completed"
     assert first["state"]["tools"]["t1"]["arguments"]["env"]["API_KEY"] == "[REDACTED]"
-    assert second["state"]["text"] == "Work"
+    assert texts[1] == ["Work"]
     assert second["state"]["terminal"] is False
     assert [i["id"] for i in body["intents"]] == [waiting.pk]
 
@@ -308,7 +309,7 @@ def test_the_transcript_agrees_with_the_runs_event_pages(api: Client, session: A
         cursor = page["events"][-1]["seq"]
 
     transcript = api.get(f"/api/sessions/{session.pk}/transcript").json()
-    assert transcript["turns"][0]["state"] == json.loads(json.dumps(materialize(pages)))
+    assert transcript["turns"][0]["state"] == json.loads(json.dumps(page_state(materialize(pages))))
 
 
 # ---------------------------------------------------------------- goal

@@ -67,7 +67,7 @@ def test_a_short_session_is_one_page_as_before(api: Client, session: Any) -> Non
     body = transcript(api, session)
 
     assert [t["run_id"] for t in body["turns"]] == [run.pk]
-    assert body["has_more"] is False and body["turns"][0]["state"]["text"] == "Hi"
+    assert body["has_more"] is False and body["turns"][0]["state"]["items"][0]["text"] == "Hi"
 
 
 def test_the_page_size_is_capped(api: Client, session: Any) -> None:

@@ -89,7 +89,8 @@ def test_a_fork_is_a_new_session_with_the_parents_turns_and_events(
         assert copy.last_seq == original.last_seq
         assert copy.finished_at is not None
     transcript = api.get(f"/api/sessions/{fork.pk}/transcript").json()
-    assert transcript["turns"][0]["state"]["text"] == "The cache is warm now."
+    items = transcript["turns"][0]["state"]["items"]
+    assert "".join(i["text"] for i in items if i["kind"] == "text") == "The cache is warm now."
     # The copied turns are searchable as the fork's.
     hits = search.search(parent.project.owner, "warm").hits
     assert [(h.session_id, h.run_id) for h in hits] == [(fork.pk, copies[0].pk)]

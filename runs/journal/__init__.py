@@ -29,7 +29,15 @@ from runs.journal.events import (
     NewEvent,
     done_event,
 )
-from runs.journal.read import EncodedPage, check_cursor, envelopes, read_after, read_encoded
+from runs.journal.read import (
+    EncodedArray,
+    EncodedPage,
+    check_cursor,
+    envelopes,
+    read_after,
+    read_encoded,
+    read_encoded_array,
+)
 
 __all__ = [
     "TERMINAL_STATES",
@@ -37,6 +45,7 @@ __all__ = [
     "Appended",
     "CursorAhead",
     "CursorExpired",
+    "EncodedArray",
     "EncodedPage",
     "GroupResult",
     "JournalError",
@@ -51,5 +60,6 @@ __all__ = [
     "envelopes",
     "read_after",
     "read_encoded",
+    "read_encoded_array",
     "written_after",
 ]

@@ -6,9 +6,12 @@ run never reached is CursorAhead, one inside the compacted range CursorExpired.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import calendar
+import sqlite3
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -83,7 +86,7 @@ class EncodedPage:
     has_more: bool
 
     def json_array(self) -> str:
-        return "[" + ",".join(text for _, _, text in self.rows) + "]"
+        return "[" + ",".join([text for _, _, text in self.rows]) + "]"
 
 
 def read_encoded(
@@ -103,48 +106,144 @@ def read_encoded(
     where, params = _page_bounds(run, after_seq, limit)
     vendor = connection.vendor
     sql = sql_for(
-        f"SELECT {{seq}}, {{type}}, {_EPOCH_TEXT[vendor]}, {{terminal}}, {_JSON_TEXT[vendor]} "
+        f"SELECT {{seq}}, {{type}}, {_TIME_TEXT[vendor]}, {_TERMINAL[vendor]}, {_JSON_TEXT[vendor]} "
         f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, limit])
         fetched = cursor.fetchall()
-    head = f'{{"event_id":"{run.pk}:'
-    ids = f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
-    types: dict[str, str] = {}
-    rows: list[tuple[int, bool, str]] = []
-    for seq, type_, epoch, terminal, payload in fetched:
-        type_json = types.get(type_) or types.setdefault(type_, orjson.dumps(type_).decode())
-        rows.append(
-            (
-                seq,
-                bool(terminal),
-                f'{head}{seq}","seq":{seq}{ids}{type_json},"created_at":{epoch},'
-                f'"terminal":{"true" if terminal else "false"},"payload":{payload}}}',
-            )
-        )
-    last = rows[-1][0] if rows else after_seq
+    rows = _envelope_texts(run, fetched, _epoch_of_stored_text if vendor == "sqlite" else None)
+    last_seq, terminal, has_more = _page_state(run, after_seq, rows[-1][:2] if rows else None, upto)
+    return EncodedPage(rows=rows, last_seq=last_seq, terminal=terminal, has_more=has_more)
+
+
+def _page_state(
+    run: Run, after_seq: int, last_row: tuple[int, bool] | None, upto: int | None = None
+) -> tuple[int, bool, bool]:
+    """(last_seq, terminal, has_more) of a page whose last row is (seq, terminal), or None if empty."""
+    last = last_row[0] if last_row else after_seq
     end = run.last_seq if upto is None else min(upto, run.last_seq)
-    return EncodedPage(
-        rows=rows,
-        last_seq=max(run.last_seq, last),
-        terminal=run.is_terminal or bool(rows and rows[-1][1]),
-        has_more=bool(rows) and last < end,
+    return (
+        max(run.last_seq, last),
+        run.is_terminal or bool(last_row and last_row[1]),
+        last_row is not None and last < end,
     )
 
 
-# created_at as the text of a JSON number, computed by the database: formatting a float per
-# row in Python cost more than the rest of the page. Both are the exact decimal of the stored
-# microseconds, so a JSON parser reads them as the same double as `created_at.timestamp()`
-# (both roundings are correct ones). SQLite stores "YYYY-MM-DD HH:MM:SS[.ffffff]", naive UTC.
-_EPOCH_TEXT = {
-    "postgresql": "EXTRACT(EPOCH FROM {created_at})::text",
-    # strftime's %s is computed in milliseconds, rounded: it gets only the whole seconds.
-    "sqlite": "strftime('%%s', substr({created_at}, 1, 19)) || "
-    "CASE WHEN length({created_at}) > 19 THEN substr({created_at}, 20, 7) ELSE '.0' END",
-}
+@dataclass
+class EncodedArray:
+    """A page of one run's envelopes as one JSON array's text (the polling API's body)."""
+
+    text: str
+    last_seq: int
+    terminal: bool
+    has_more: bool
+
+
+def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -> EncodedArray:
+    """read_encoded's page as one JSON array; CursorAhead/CursorExpired.
+
+    On SQLite the database builds the whole array (each envelope as `read_encoded` spells
+    it, then group_concat): no Python object per event, which is most of a page's cost there.
+    """
+    if connection.vendor != "sqlite":
+        page = read_encoded(run, after_seq, limit)
+        return EncodedArray(page.json_array(), page.last_seq, page.terminal, page.has_more)
+    check_cursor(run, after_seq)
+    limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
+    where, params = _page_bounds(run, after_seq, limit)
+    head = f'{{"event_id":"{run.pk}:'
+    ids = f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
+    with connection.cursor() as cursor:
+        cursor.execute(_sqlite_array_sql(where), [head, ids, *params, limit])
+        count, last, terminal, text = cursor.fetchone()
+    last_seq, final, has_more = _page_state(run, after_seq, (last, bool(terminal)) if count else None)
+    return EncodedArray(f"[{text}]" if count else "[]", last_seq, final, has_more)
+
+
+@lru_cache(maxsize=4)
+def _sqlite_array_sql(where: str) -> str:
+    # The rows in seq order (the subquery's ORDER BY and LIMIT keep it from being flattened
+    # into the aggregate), each envelope exactly as `_envelope_texts` writes it: a test
+    # compares the two byte for byte. Only the last event of a run can be terminal.
+    envelope = (
+        '%s || {seq} || \'","seq":\' || {seq} || %s || json_quote({type}) || \',"created_at":\' || '
+        + _SQLITE_EPOCH
+        + ' || CASE WHEN {terminal} THEN \',"terminal":true,"payload":\' '
+        "ELSE ',\"terminal\":false,\"payload\":' END || {payload} || '}}'"
+    )
+    return sql_for(
+        "SELECT count(*), max(seq), max(terminal), group_concat(envelope, ',') FROM ("
+        f"SELECT {{seq}} AS seq, {{terminal}} AS terminal, {envelope} AS envelope FROM {{event}} "
+        f"WHERE {where} ORDER BY {{seq}} LIMIT %s)"
+    )
+
+
+# The whole seconds (strftime's %s is computed in milliseconds, rounded: it gets only those;
+# unixepoch, from SQLite 3.38, costs less), then the stored fraction as it is: what
+# `_epoch_of_stored_text` computes in Python.
+_SQLITE_WHOLE_SECONDS = (
+    "unixepoch(substr({created_at}, 1, 19))"
+    if sqlite3.sqlite_version_info >= (3, 38)
+    else "strftime('%%s', substr({created_at}, 1, 19))"
+)
+_SQLITE_EPOCH = (
+    f"({_SQLITE_WHOLE_SECONDS} || "
+    "CASE WHEN length({created_at}) > 19 THEN substr({created_at}, 20, 7) ELSE '.0' END)"
+)
+
+
+def _envelope_texts(
+    run: Run, fetched: list[tuple[int, str, str, Any, str]], epoch: Callable[[str], str] | None
+) -> list[tuple[int, bool, str]]:
+    """(seq, terminal, envelope text) of fetched (seq, type, time text, terminal, payload text) rows.
+
+    One loop over the page with every per-run and per-type part made once: this is the
+    per-event cost of a replay. `epoch` turns the time column into a JSON number's text
+    (None: it is one already).
+    """
+    head = f'{{"event_id":"{run.pk}:'
+    ids = f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
+    types: dict[str, str] = {}
+    times: dict[str, str] = {}
+    rows: list[tuple[int, bool, str]] = []
+    for seq, type_, time, terminal, payload in fetched:
+        type_json = types.get(type_) or types.setdefault(type_, orjson.dumps(type_).decode())
+        created_at = time if epoch is None else (times.get(time) or times.setdefault(time, epoch(time)))
+        final = bool(terminal)
+        rows.append(
+            (
+                seq,
+                final,
+                f'{head}{seq}","seq":{seq}{ids}{type_json},"created_at":{created_at},'
+                f'"terminal":{"true" if final else "false"},"payload":{payload}}}',
+            )
+        )
+    return rows
+
+
+# The time column as text: PostgreSQL computes the epoch itself (a double's exact decimal);
+# SQLite's stored text is turned into one in Python (`_epoch_of_stored_text`), which costs
+# less than its strftime() per row. Expressions, not columns, so Django's SQLite converters
+# (datetime, bool) do not run per row.
+_TIME_TEXT = {"postgresql": "EXTRACT(EPOCH FROM {created_at})::text", "sqlite": "CAST({created_at} AS TEXT)"}
+_TERMINAL = {"postgresql": "{terminal}", "sqlite": "CAST({terminal} AS INTEGER)"}
 # PostgreSQL decodes jsonb into Python objects unless asked for its text; SQLite stores text.
 _JSON_TEXT = {"postgresql": "{payload}::text", "sqlite": "{payload}"}
+
+
+def _epoch_of_stored_text(stored: str) -> str:
+    """SQLite's stored "YYYY-MM-DD HH:MM:SS[.ffffff]" (naive UTC) as a JSON number: its epoch.
+
+    The exact decimal of the stored microseconds, so a JSON parser reads the same double as
+    `created_at.timestamp()` (both roundings are correct ones).
+    """
+    return _whole_seconds(stored[:19]) + (stored[19:26] or ".0")
+
+
+@lru_cache(maxsize=4096)
+def _whole_seconds(stored: str) -> str:
+    return str(calendar.timegm(datetime.fromisoformat(stored).timetuple()))
 
 
 def _parse_sqlite_datetime(value: Any) -> Any:

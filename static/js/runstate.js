@@ -32,6 +32,8 @@ export function emptyState() {
 
 // A state that came over JSON has copies where the server had shared objects:
 // point the id maps back at the items so updates land in what is rendered.
+// A transcript page's state has no `text` or `reasoning` (runs/transcript.py `page_state`): here
+// they hold only what was applied since; the page renders `items`.
 export function relink(state) {
   const s = { ...emptyState(), ...state };
   s.tools = {};

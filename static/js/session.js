@@ -34,6 +34,7 @@ export class SessionController {
     this.buffered = new Map();
     this.repairing = new Set();
     this.dirty = new Set();
+    this.held = new Set(); // views whose drawing waits on a timer (holdFlush)
     this.flushScheduled = false;
     this.needsFragment = new Set();
     this.fragmentTimer = null;
@@ -130,11 +131,13 @@ export class SessionController {
   // further along catch up from the journal, turns we are ahead on are kept.
   // Only a first read or a reload returns turns we hold; a merge asks for newer ones.
   async loadTranscript({ replace = false, withFragments = false, initial = false } = {}) {
-    const fragmentsRead = withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : null;
     // A merge asks only for turns newer than ours (issue 25: a long turn's first page came twice):
     // the turns we hold catch up through the socket's cursors, or `poll` without one.
     const newest = initial || replace || !this.turns.size ? null : Math.max(...this.turns.keys());
     const transcript = await api.transcript(this.sessionId, null, newest);
+    // Asked for once the transcript is here: the server answers a page's requests one at a time
+    // (Django's sync views share one thread), and the page waits only on the transcript.
+    const fragmentsRead = withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : null;
     // More turns than a page began while we were away: the newest page does not reach ours, start over from it.
     const gap = transcript.has_more && this.turns.size > 0 && !transcript.turns.some((turn) => this.turns.has(turn.run_id));
     if (initial || replace || gap) this.setEarlier(transcript);
@@ -176,6 +179,8 @@ export class SessionController {
     for (const [runId, section] of sections) {
       const view = this.turns.get(runId);
       if (!view) continue;
+      // An ended run too large to render stays so: once caught up, it is settled without asking again.
+      if (section.hasAttribute('data-too-large') && view.catchingUp) view.tooLarge = true;
       if (section.hasAttribute('data-too-large') && view.terminal) {
         // Too large to render in one answer: the turn keeps its plain text.
         view.el.dataset.rendered = 'plain';
@@ -370,6 +375,10 @@ export class SessionController {
     this.scheduleFlush();
     switch (event.type) {
       case 'done':
+        if (view.tooLarge) {
+          view.el.dataset.rendered = 'plain';
+          break;
+        }
         this.needsFragment.add(view.runId);
         this.requestFragments();
         break;
@@ -395,10 +404,25 @@ export class SessionController {
     this.flushScheduled = false;
     const views = [...this.dirty];
     this.dirty.clear();
-    for (const view of views) if (view.flush()) this.dirty.add(view); // a costly text, left for a later frame
+    for (const view of views) {
+      const wait = view.holdFor();
+      if (wait > 0) this.holdFlush(view, wait);
+      else if (view.flush()) this.dirty.add(view); // a costly text, left for a later frame
+    }
     this.refresh();
     this.scrollToBottom();
     if (this.dirty.size) this.scheduleFlush();
+  }
+
+  // A turn catching up on a replay is drawn later (TurnView.holdFor); its events are applied meanwhile.
+  holdFlush(view, wait) {
+    if (this.held.has(view)) return;
+    this.held.add(view);
+    setTimeout(() => {
+      this.held.delete(view);
+      this.dirty.add(view);
+      this.scheduleFlush();
+    }, wait);
   }
 
   requestFragments() {

@@ -10,13 +10,17 @@ import { renderAttachmentList } from './attachments.js';
 import { copyText, formatTokens, h, humanize, pretty, swap } from './dom.js';
 import { renderDiff } from './diff.js';
 import { LiveMarkdown, showMarkdown, showServerHtml } from './markdown.js';
-import { applyEvent, emptyState, relink } from './runstate.js';
+import { applyEvent, emptyState, relink, TERMINAL_STATES } from './runstate.js';
 
 // A tool's text longer than this is shown folded, with "Show all".
 const FOLD_LINES = 12;
 const FOLD_CHARS = 2400;
 // A live render may take at most 1/LIVE_BUDGET of the time: a huge text re-renders less often.
 const LIVE_BUDGET = 6;
+// A finished turn that came cut is caught up from the socket's replay, thousands of events a
+// frame: it is drawn when its end comes, or at most this often until then. Each draw lays out
+// the whole long turn, so drawing it on every frame of the replay cost more than the replay.
+const CATCH_UP_DRAW_MS = 1000;
 
 // Text drawn plain (a settled turn waiting for the server's rendering, or a finished segment of
 // a turn loaded part-way) gets the browser's markdown only when it comes near the view, so a
@@ -89,6 +93,10 @@ export class TurnView {
     this.live = new Map(); // text item → its LiveMarkdown
     this.deferred = new Set();
     this.settledAtStart = !!this.state.terminal;
+    // The run had ended when its page was read, but the page holds only its start (`complete` false).
+    this.catchingUp = turn.complete === false && TERMINAL_STATES.has(turn.status) && !this.state.terminal;
+    this.tooLarge = false; // the server said its rendering is too large (SessionController.applyFragments)
+    this.drawnAt = performance.now();
     this.el = this.build();
     for (const item of this.state.items) this.dirty.add(item);
     this.flush();
@@ -188,13 +196,26 @@ export class TurnView {
     return true;
   }
 
+  // How long until this turn may be drawn again (0: now). A finished turn still catching up on
+  // its replay waits for its end, or for CATCH_UP_DRAW_MS since it was last drawn.
+  holdFor() {
+    if (!this.catchingUp) return 0;
+    if (this.state.terminal) {
+      this.catchingUp = false;
+      return 0;
+    }
+    return Math.max(0, this.drawnAt + CATCH_UP_DRAW_MS - performance.now());
+  }
+
   // Returns true when a text was left for a later frame (it is costly to render).
   flush() {
+    this.drawnAt = performance.now();
     if (this.dirty.size) {
-      for (const item of this.state.items) {
+      const items = this.state.items;
+      for (let index = 0; index < items.length; index++) {
+        const item = items[index];
         if (!this.dirty.has(item)) continue;
         const node = this.nodes.get(item);
-        const index = this.state.items.indexOf(item);
         if (!node) {
           const fresh = this.renderItem(item, index);
           this.nodes.set(item, fresh);
