@@ -27,6 +27,10 @@ How a flush is written:
   of its own (`write_batch`, `turns.finish_run`);
 - a write the database did not answer (its connection lost under it, a restart) is read
   back, and made again only if it did not land (`JournalWriter` "exactly once").
+
+Once committed, a flush's notification goes to the loop's `Publisher` (runs/runner/publisher.py:
+one task, in commit order) and the run's lock is let go, so the run's next batch (a turn's first
+token behind run.started) commits while it is published; the flush returns once it has left.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ from runs.journal import NewEvent
 from runs.models import JournalEvent
 from runs.runner.coalesce import Coalescer
 from runs.runner.connections import LoopConnection, Retrying, revive, revived
+from runs.runner.publisher import Publisher, RunEvents
 from runs.runner.redact_stream import DeltaGuard
 
 log = logging.getLogger(__name__)
@@ -125,6 +130,11 @@ class Written(NamedTuple):
     rows: list[JournalEvent]  # as written, with their seqs
     session_id: int
     to_publish: bool  # committed here, and its notifications are not sent yet: the caller sends them
+    sent: asyncio.Future[None] | None = None  # handed to the Publisher: done once it has left
+
+
+def run_events(run_id: int, written: Written) -> RunEvents:
+    return written.session_id, run_id, journal.envelopes(written.rows, written.session_id)
 
 
 class JournalWriter:
@@ -145,6 +155,9 @@ class JournalWriter:
         self._pending: set[asyncio.Task[Any]] = set()
         self._flush_queued = False  # a flush task exists that has not taken the buffer yet
         self._last_take = -float("inf")  # loop time deltas were last taken for writing
+        # The notification of the run's last write, until it has left: the end of the turn
+        # publishes from another thread (turns.finish_run), so it waits for this one first.
+        self._last_sent: asyncio.Future[None] | None = None
         self.closed = False
         # Told when a flush nobody awaits failed on its connection for good: its events may be
         # missing, so the run must not go on as if they were written.
@@ -205,28 +218,41 @@ class JournalWriter:
             if extra:  # events that follow the tail a delta stream holds back
                 self.buffer.add(self.guard.release())
             batch = self._take() + list(extra)
-            if not batch:
-                return []
-            if also is None and not run_updates and not any(event.terminal for event in batch):
+            rows = await self._write(batch, also, run_updates) if batch else []
+            sent = self._last_sent
+        # Out of the lock, so the run's next batch commits meanwhile; a flush still returns once
+        # the run's notifications so far have left (one Publisher, in order: the last one's).
+        if sent is not None:
+            await asyncio.shield(sent)
+        return rows
 
-                def write() -> Awaitable[Written]:
-                    return group_commit().write(self.run_id, batch)
-            else:
+    async def _write(
+        self, batch: list[NewEvent], also: Callable[[], None] | None, run_updates: dict[str, Any]
+    ) -> list[JournalEvent]:
+        if also is None and not run_updates and not any(event.terminal for event in batch):
 
-                def write() -> Awaitable[Written]:
-                    return in_db_thread(write_batch)(self.run_id, batch, also, run_updates)
+            def write() -> Awaitable[Written]:
+                return group_commit().write(self.run_id, batch)
+        else:
 
-            written = await self._write_exactly_once(batch, write)
-            if written.to_publish:
-                # From this loop, still under the lock, so notifications keep journal order;
-                # published on commit instead, the database thread would wait for the loop.
-                # Awaited: as a task, on a saturated loop it waits behind everything else.
-                await notify.apublish_events(
-                    written.session_id, self.run_id, journal.envelopes(written.rows, written.session_id)
-                )
-                if run_updates or changes_sidebar(batch):
-                    ring_owners_soon({written.session_id})
-            return written.rows
+            def write() -> Awaitable[Written]:
+                return in_db_thread(write_batch)(self.run_id, batch, also, run_updates)
+
+        written = await self._write_exactly_once(batch, write)
+        self._announce(written, bool(run_updates) or changes_sidebar(batch))
+        return written.rows
+
+    def _announce(self, written: Written, sidebar: bool) -> None:
+        """A committed write's notification to the loop's Publisher, under the run's lock: a group's
+        was handed over by the group (`sent`), a write of its own or one found landed is here."""
+        if written.to_publish and written.rows:
+            self._last_sent = group_commit().publisher.put(
+                [run_events(self.run_id, written)], to_journal=False
+            )
+            if sidebar:
+                ring_owners_soon({written.session_id})
+        elif written.sent is not None:
+            self._last_sent = written.sent
 
     def _take(self) -> list[NewEvent]:
         if self._timer is not None:
@@ -245,6 +271,8 @@ class JournalWriter:
             self.closed = True
             self.buffer.add(self.guard.release())
             batch = self._take() + list(final)
+            if self._last_sent is not None:  # the Publisher sends in order: all earlier ones have left
+                await asyncio.shield(self._last_sent)
             finish_run = sync_to_async(revived(turns.finish_run))
 
             async def write() -> Written:
@@ -253,11 +281,10 @@ class JournalWriter:
 
             written = await self._write_exactly_once(batch, write)
             if written.to_publish:  # it landed unanswered: its commit's notifications never left
-                session_id = written.session_id
-                await notify.apublish_events(
-                    session_id, self.run_id, journal.envelopes(written.rows, session_id)
-                )
-                await sync_to_async(turns.after_unanswered_finish)(self.run_id, session_id)
+                self._announce(written, sidebar=False)
+                if self._last_sent is not None:
+                    await asyncio.shield(self._last_sent)
+                await sync_to_async(turns.after_unanswered_finish)(self.run_id, written.session_id)
             return written.rows
 
     async def _write_exactly_once(
@@ -402,8 +429,9 @@ class GroupCommit:
     While one group is in the database the next collects, so nothing waits when the runner
     is quiet and, under load, the commits per second stay near the number a database thread
     can do in a row, whatever the number of runs. The group's notifications go out together
-    (notify.apublish_many) before any of its flushes returns. A run never has two batches in
-    one group: its writer's lock lets one flush at a time through.
+    (notify.apublish_many), handed to the loop's Publisher as the group commits, while the
+    next group is written. A run never has two batches in one group: its writer's lock lets
+    one flush at a time through.
     """
 
     def __init__(self) -> None:
@@ -413,6 +441,7 @@ class GroupCommit:
         # PostgreSQL, in a runner: groups go from this loop on a connection of its own rather
         # than through a database thread, two thread hops fewer on every first token.
         self.connection: LoopConnection | None = None
+        self.publisher = Publisher()  # this loop's journal notifications, the groups' and the runs' own
 
     def write_from_loop(self) -> None:
         """Send the groups from this loop, as a runner does (PostgreSQL; SQLite keeps its thread)."""
@@ -420,12 +449,13 @@ class GroupCommit:
             self.connection = LoopConnection()
 
     async def close(self) -> None:
+        await self.publisher.drain()
         connection, self.connection = self.connection, None
         if connection is not None:
             await connection.discard()
 
     async def write(self, run_id: int, batch: list[NewEvent]) -> Written:
-        """Write `batch` in the next group; published by the group before this returns."""
+        """Write `batch` in the next group; its notification handed to the Publisher (`sent`)."""
         future: asyncio.Future[Written] = asyncio.get_running_loop().create_future()
         self._waiting.append((run_id, batch, future))
         if not self._writing:
@@ -446,14 +476,15 @@ class GroupCommit:
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                # Published here, together, before any flush returns: a run's next flush
+                # Handed over here, together, before any flush returns: a run's next flush
                 # waits for its writer's lock, so its notifications keep journal order.
-                await notify.apublish_many(
+                sent = self.publisher.put(
                     [
-                        (result.session_id, run_id, journal.envelopes(result.rows, result.session_id))
+                        run_events(run_id, result)
                         for (run_id, _, _), result in zip(group, results, strict=True)
                         if not isinstance(result, BaseException) and result.to_publish and result.rows
-                    ]
+                    ],
+                    to_journal=True,
                 )
                 rung = {
                     result.session_id
@@ -468,7 +499,7 @@ class GroupCommit:
                     if isinstance(result, BaseException):
                         future.set_exception(result)
                     else:
-                        future.set_result(Written(result.rows, result.session_id, False))  # published
+                        future.set_result(Written(result.rows, result.session_id, False, sent))
         finally:
             self._writing = False
 
