@@ -7,7 +7,7 @@ it and let the user retry.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from django.http import HttpRequest
 from ninja import Body, Query, Router
@@ -16,9 +16,18 @@ from hermesweb.auth import get_visible
 from hermesweb.errors import ApiError
 from intents import services
 from intents.models import PendingIntent
-from intents.schemas import MAX_INT, IntentActionIn, IntentDeleteIn, IntentOut, IntentPatch, IntentResultOut
+from intents.schemas import (
+    MAX_INT,
+    IntentActionIn,
+    IntentDeleteIn,
+    IntentOut,
+    IntentPatch,
+    IntentPreviewOut,
+    IntentResultOut,
+)
 from projects.models import Session
 from runs import controls
+from runs.live.reads import INTENT_PREVIEW_CHARS, intent_preview
 
 router = Router(tags=["intents"])
 
@@ -30,14 +39,24 @@ def result_out(result: services.IntentResult) -> IntentResultOut:
     return IntentResultOut(status=result.status, message=result.message, intent=intent)
 
 
-@router.get("/sessions/{id}/intents", response=list[IntentOut])
-def list_intents(request: HttpRequest, id: int, include_closed: bool = False) -> list[PendingIntent]:
-    """The session's open intents in queue order; `?include_closed=true` adds the settled ones too."""
+@router.get("/sessions/{id}/intents", response=list[IntentPreviewOut])
+def list_intents(request: HttpRequest, id: int, include_closed: bool = False) -> list[dict[str, Any]]:
+    """The session's open intents in queue order; `?include_closed=true` adds the settled ones too.
+
+    Each text is a preview, as in the socket's snapshot: the browser re-reads the list after
+    every submit and action, and a queue of long messages would go out whole each time.
+    """
     session = get_visible(Session.objects, request.auth, id, "session")
     intents = PendingIntent.objects.filter(session=session)
     if not include_closed:
         intents = intents.open()
-    return list(intents.order_by("position", "id"))
+    return [intent_preview(intent, INTENT_PREVIEW_CHARS) for intent in intents.order_by("position", "id")]
+
+
+@router.get("/intents/{id}", response=IntentOut)
+def get_intent(request: HttpRequest, id: int) -> PendingIntent:
+    """One intent with its whole text (what the browser loads to edit a long one)."""
+    return get_visible(PendingIntent.objects, request.auth, id, "intent")
 
 
 @router.patch("/intents/{id}", response=IntentResultOut)

@@ -35,6 +35,16 @@ class IntentOut(Schema):
     updated_at: datetime
 
 
+class IntentPreviewOut(IntentOut):
+    """An intent in a list: its text cut as the socket's snapshot cuts it (docs/live-delivery.md)."""
+
+    text: str = Field(
+        description="The text's first 2,000 characters; when `truncated`, GET /api/intents/{id} has it all."
+    )
+    text_length: int = Field(description="The whole text's length, in characters.")
+    truncated: bool = Field(description="Whether `text` is only the beginning of the text.")
+
+
 class IntentPatch(Schema):
     version: Version = Field(description="The version you last saw; a stale one is a 409 conflict.")
     # Blank text is a validation error: withdraw the item with DELETE instead.

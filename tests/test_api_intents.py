@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from intents.models import IntentKind, IntentState, PendingIntent
+from runs.live.reads import INTENT_PREVIEW_CHARS, session_snapshot
 from runs.models import Control, ControlKind, Run, RunStatus
 from tests.factories import PendingIntentFactory, ProjectFactory, RunFactory, SessionFactory
 
@@ -34,15 +35,59 @@ def test_it_lists_the_sessions_open_intents_in_queue_order(api: Client, session:
     assert all_ids == [first.pk, second.pk, gone.pk]
 
 
+FIELDS = {
+    "id", "session_id", "client_id", "kind", "state", "text", "attachments", "position", "version",
+    "source", "source_meta", "target_run_id", "run_id", "reason", "created_at", "updated_at",
+}  # fmt: skip
+
+
 def test_an_intent_is_serialised_with_every_field(api: Client, session: Any) -> None:
     intent = PendingIntentFactory(session=session)
+    body = api.get(f"/api/intents/{intent.pk}").json()
+
+    assert set(body) == FIELDS
+    assert (body["id"], body["version"], body["state"]) == (intent.pk, 1, "waiting")
+
+
+def test_a_listed_intent_has_every_field_and_says_how_long_its_text_is(api: Client, session: Any) -> None:
+    intent = PendingIntentFactory(session=session, text="Then run the tests.")
     body = api.get(f"/api/sessions/{session.pk}/intents").json()[0]
 
-    assert set(body) == {
-        "id", "session_id", "client_id", "kind", "state", "text", "attachments", "position", "version",
-        "source", "source_meta", "target_run_id", "run_id", "reason", "created_at", "updated_at",
-    }  # fmt: skip
-    assert (body["id"], body["version"], body["state"]) == (intent.pk, 1, "waiting")
+    assert set(body) == FIELDS | {"text_length", "truncated"}
+    assert (body["id"], body["text"], body["text_length"], body["truncated"]) == (
+        intent.pk,
+        "Then run the tests.",
+        len("Then run the tests."),
+        False,
+    )
+
+
+def test_the_list_sends_a_preview_of_a_long_text_and_the_intent_has_it_whole(
+    api: Client, session: Any
+) -> None:
+    text = "é" * 5_000 + "the end"
+    intent = PendingIntentFactory(session=session, text=text)
+
+    listed = api.get(f"/api/sessions/{session.pk}/intents").json()[0]
+    whole = api.get(f"/api/intents/{intent.pk}").json()
+
+    # The same preview as the socket's snapshot: one rule for both.
+    previewed = session_snapshot(session.pk)["intents"][0]
+    cut = ("text", "text_length", "truncated")
+    assert [listed[key] for key in cut] == [previewed[key] for key in cut]
+    assert listed["text"] == text[:INTENT_PREVIEW_CHARS]
+    assert (listed["truncated"], listed["text_length"]) == (True, len(text))
+    assert whole["text"] == text
+
+
+def test_another_users_intent_is_not_found(session: Any, other_user: Any) -> None:
+    intent = PendingIntentFactory(session=session)
+    stranger = Client()
+    stranger.force_login(other_user)
+
+    response = stranger.get(f"/api/intents/{intent.pk}")
+
+    assert response.status_code == 404 and response.json()["code"] == "not_found"
 
 
 def test_it_edits_text_when_the_version_matches(api: Client, session: Any, busy: Run) -> None:

@@ -23,6 +23,7 @@ from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.models import Control, ControlKind, Run, RunSource, RunStatus
 from runs.turns import finish_run
 from tests import factories
+from tests.support.hold import release
 from tests.support.intents import (
     fresh,
     open_ids,
@@ -74,7 +75,7 @@ def assert_drained_once(session: Session, prompts: list[str]) -> list[Run]:
 def test_a_queued_message_stays_scoped_to_its_session_across_switches(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    busy = start_turn(session, "toolloop")
+    busy = start_turn(session, "hold", started="token.delta")
     item = queue(session, "fast then summarise")
     other = factories.SessionFactory(project=session.project)
 
@@ -87,6 +88,7 @@ def test_a_queued_message_stays_scoped_to_its_session_across_switches(
     assert theirs.kind == "run" and theirs.run is not None
     wait_status(theirs.run, RunStatus.COMPLETED, log=runner.log)
     assert open_ids(view(api, session)) == [item.pk]
+    release(session.project.path)
     wait_status(busy, RunStatus.COMPLETED, log=runner.log)
     mine = run_from(item)
     assert (mine.session_id, mine.source, mine.prompt_text) == (session.pk, RunSource.QUEUE, item.text)
@@ -103,7 +105,7 @@ def test_a_message_sent_while_running_with_mode_auto_follows_the_projects_runnin
     runner: Proc, session: Session, default: str
 ) -> None:
     set_running_default(session, default)
-    busy = start_turn(session, "toolloop")
+    busy = start_turn(session, "hold", started="token.delta")
     other_mode = "steer" if default == "queue" else "queue"
 
     auto = send(session, f"fast auto follows {default}")
@@ -113,9 +115,10 @@ def test_a_message_sent_while_running_with_mode_auto_follows_the_projects_runnin
     steered, queued = (auto, explicit) if default == "steer" else (explicit, auto)
     assert steered.intent is not None and queued.intent is not None
     wait_event(busy, "steer.delivered", intent_id=steered.intent.pk)
+    release(session.project.path)
     wait_status(busy, RunStatus.COMPLETED, log=runner.log)
     settled(session)
-    assert [r.prompt_text for r in runs_of(session)] == ["toolloop", queued.intent.text]
+    assert [r.prompt_text for r in runs_of(session)] == ["hold", queued.intent.text]
     assert runs_of(session)[1].source == RunSource.QUEUE
     assert [e.payload["text"] for e in steer_rows(busy)] == [steered.intent.text]
 
@@ -174,13 +177,14 @@ def test_two_tabs_editing_one_item_the_stale_edit_gets_conflict_with_the_current
 def test_reordered_items_drain_in_their_new_order_each_exactly_once(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    start_turn(session, "toolloop")
+    start_turn(session, "hold", started="token.delta")
     a, b, c = (queue(session, f"fast item {name}") for name in "abc")
 
     moved = do_edit_intent(fresh(c), version=fresh(c).version, position=0)
 
     assert moved.status == "accepted"
     assert open_ids(view(api, session)) == [c.pk, a.pk, b.pk]
+    release(session.project.path)
     settled(session)
     runs = assert_drained_once(session, ["fast item c", "fast item a", "fast item b"])
     assert {r.source for r in runs[1:]} == {RunSource.QUEUE}

@@ -1,7 +1,7 @@
 """Steer: guidance delivered to the active run, journaled, never a turn, never editable again.
 
-Against a real runner and the bundled demo agent (`toolloop` runs ~2 s of tool
-calls with chunk boundaries where a steer lands). The RFC's "Testing
+Against a real runner and the bundled demo agent (`hold` streams, with chunk boundaries where a
+steer lands, until the test releases it: tests/support/hold.py). The RFC's "Testing
 Expectations" for steer each have a test here; docs/intents.md has the model.
 """
 
@@ -31,6 +31,7 @@ from runs.models import Control, ControlKind, Run, RunSource, RunStatus
 from runs.services import do_submit_message
 from runs.turns import finish_run
 from tests import factories
+from tests.support.hold import release
 from tests.support.intents import (
     demo_agent_env,
     fresh,
@@ -66,9 +67,15 @@ def steer_runner(request: pytest.FixtureRequest, runners: list[Proc], logs: Path
     return spawn_runner(runners, logs, f"steer-{request.param}", HERMESWEB_DEMO_STEER=request.param)
 
 
+def as_paged(state: dict[str, Any]) -> dict[str, Any]:
+    """A turn's state as a transcript page may carry it: without the run's joined `text` and
+    `reasoning`, which its items already hold (runs.transcript)."""
+    return {key: value for key, value in state.items() if key not in ("text", "reasoning")}
+
+
 def delivered_steer(session: Session, text: str) -> tuple[Run, PendingIntent]:
-    """A `toolloop` turn and a steer the agent has taken (journaled as steer.delivered)."""
-    run = start_turn(session, "toolloop")
+    """A held turn and a steer the agent has taken (journaled as steer.delivered); the test releases it."""
+    run = start_turn(session, "hold", started="token.delta")
     result = send(session, text, mode="steer")
     assert result.kind == "steer" and result.run is None and result.intent is not None, result
     wait_event(run, "steer.delivered", text=text)
@@ -91,11 +98,12 @@ def test_an_accepted_steer_stays_visible_after_a_session_switch_and_a_replay(
     assert steer_items(turn_of(before, run)) == expected
     assert steer_items(turn_of(after, run)) == expected
     assert all(not steer_items(turn) for turn in elsewhere["turns"])
+    release(session.project.path)
     wait_status(run, RunStatus.COMPLETED, log=runner.log)
     settled_view = view(api, session)
     assert steer_items(turn_of(settled_view, run)) == expected
     replayed = replay(api, run)
-    assert replayed == turn_of(settled_view, run)["state"]
+    assert as_paged(replayed) == as_paged(turn_of(settled_view, run)["state"])
     assert [item for item in replayed["items"] if item["kind"] == "steer"] == expected
 
 
@@ -107,12 +115,13 @@ def test_an_accepted_steer_is_not_duplicated_as_a_user_turn(
     # The same submission again (a retry after a dropped response) is the first answer, not a turn.
     again = do_submit_message(session, client_id=intent.client_id, text="prefer small diffs", mode="steer")
     assert (again.duplicate, again.kind, again.run) == (True, IntentKind.STEER, None)
+    release(session.project.path)
     wait_status(run, RunStatus.COMPLETED, log=runner.log)
     settled(session)
 
     body = view(api, session)
     assert [turn["run_id"] for turn in body["turns"]] == [run.pk]
-    assert body["turns"][0]["prompt_text"] == "toolloop"
+    assert body["turns"][0]["prompt_text"] == "hold"
     assert body["intents"] == []
     assert len(steer_rows(run)) == 1
     text = state(run)["text"]
@@ -139,6 +148,7 @@ def test_an_accepted_steer_is_not_still_editable_as_a_queue_item(
     assert patched.status_code == 200 and patched.json()["status"] == "not_active"
     assert intent.pk not in open_ids(view(api, session))
 
+    release(session.project.path)
     wait_status(run, RunStatus.COMPLETED, log=runner.log)
     row = fresh(intent)
     assert (row.kind, row.state, row.text, row.version) == (
@@ -190,7 +200,7 @@ def test_a_waiting_queue_item_upgrades_to_steer_and_the_upgrade_is_irreversible(
     steer_runner: Proc, api: Client, session: Session
 ) -> None:
     runner = steer_runner
-    run = start_turn(session, "toolloop")
+    run = start_turn(session, "hold", started="token.delta")
     intent = queue(session, "check the edge cases too")
 
     upgraded = api.post(f"/api/intents/{intent.pk}/steer")
@@ -203,6 +213,7 @@ def test_a_waiting_queue_item_upgrades_to_steer_and_the_upgrade_is_irreversible(
     assert do_edit_intent(current, version=current.version, text="back to queue?").status == "not_active"
     assert do_delete_intent(current).status == "not_active"
     assert do_stop_and_send(current).status == "not_active"
+    release(session.project.path)
     wait_status(run, RunStatus.COMPLETED, log=runner.log)
     settled(session)
     row = fresh(intent)
@@ -271,9 +282,10 @@ def test_a_steer_the_runner_cannot_deliver_falls_back_to_the_queue_with_its_text
 def test_upgrading_to_steer_after_the_run_ended_is_a_conflict_and_the_item_stays_queued(
     runner: Proc, api: Client, session: Session
 ) -> None:
-    first = start_turn(session, "toolloop")
+    first = start_turn(session, "hold", started="token.delta")
     second_item = queue(session, "hold second turn")
     third_item = queue(session, "fast third turn")
+    release(session.project.path)  # `first` ends; the second item, held too, starts after it
     wait_status(first, RunStatus.COMPLETED, log=runner.log)
     second = run_from(second_item)
     wait_event(second, "token.delta")

@@ -2,7 +2,7 @@
 
 Every open intent rides in the snapshot, and a full queue of 1 MB messages made a frame over
 daphne's 1 MiB message limit, which closes the socket for good. Intents go out as previews
-(`truncated`, `text_length`); the full text is at GET /api/sessions/{id}/intents.
+(`truncated`, `text_length`); the full text is at GET /api/intents/{id}.
 """
 
 from __future__ import annotations
@@ -72,11 +72,11 @@ def test_text_that_json_escapes_badly_still_fits_by_shrinking_previews_then_omit
 
 @pytest.mark.django_db
 def test_the_full_text_is_still_served_by_the_intents_api(api: Client, session: Any) -> None:
-    factories.PendingIntentFactory(session=session, kind=IntentKind.QUEUE, text="y" * MAX_TEXT)
+    intent = factories.PendingIntentFactory(session=session, kind=IntentKind.QUEUE, text="y" * MAX_TEXT)
 
-    listed = api.get(f"/api/sessions/{session.pk}/intents").json()
+    whole = api.get(f"/api/intents/{intent.pk}").json()
 
-    assert len(listed[0]["text"]) == MAX_TEXT
+    assert len(whole["text"]) == MAX_TEXT
 
 
 @pytest.mark.embedded

@@ -16,6 +16,7 @@ import pytest
 from runs.controls import do_cancel, do_respond_approval, do_respond_clarify
 from runs.models import Run, RunStatus
 from tests import factories
+from tests.support.hold import release
 from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import (
     assert_journal_well_formed,
@@ -159,10 +160,11 @@ def test_steer_during_a_tool_loop_is_delivered_and_journaled(runner: Proc, sessi
 
 
 def test_a_message_queued_during_a_run_drains_as_the_next_turn(runner: Proc, session: Any) -> None:
-    first = run_of(submit(session, "toolloop"))
-    wait_event(first, "tool.started")
+    first = run_of(submit(session, "hold"))
+    wait_event(first, "token.delta")
     queued = submit(session, "then this", mode="queue")
     assert queued.kind == "queue" and queued.run is None
+    release(session.project.path)
     wait_status(first, RunStatus.COMPLETED, log=runner.log)
     assert queued.intent is not None
     nxt = wait_for(lambda: Run.objects.filter(session=session, source="queue").first(), what="drained run")
@@ -232,9 +234,12 @@ def test_sigterm_lets_a_running_turn_finish_and_exits_zero(
 ) -> None:
     proc = start_runner(logs, "graceful", HERMESWEB_DEMO_DELAY="0.005", HERMESWEB_SHUTDOWN_GRACE_SECONDS="20")
     runners.append(proc)
-    run = run_of(submit(session, "toolloop"))
-    wait_event(run, "tool.started")
+    run = run_of(submit(session, "hold"))
+    wait_event(run, "token.delta")
     proc.signal(signal.SIGTERM)
+    # Released once the runner is draining: the turn is still running when the signal lands.
+    wait_for(lambda: "no new claims" in proc.log(), what="the runner to start draining")
+    release(session.project.path)
     assert proc.stop() == 0
     assert refreshed(run).status == RunStatus.COMPLETED
 
@@ -298,11 +303,12 @@ def test_steer_reaches_an_agent_that_advertises_the_session_steering_extension(
     assert settings.HERMESWEB_AGENTS["demo"].steer == "extension"
     runners.append(start_runner(logs, "extension", **env))
     session = factories.SessionFactory(project__agent="demo")
-    run = run_of(submit(session, "toolloop"))
-    wait_event(run, "tool.started")
+    run = run_of(submit(session, "hold"))
+    wait_event(run, "token.delta")
     steer = submit(session, "keep it short", mode="steer")
     delivered = wait_event(run, "steer.delivered")
     assert delivered.payload["text"] == "keep it short"
+    release(session.project.path)
     wait_status(run, RunStatus.COMPLETED, log=runners[-1].log)
     assert "Steer received: keep it short" in state(run)["text"]
     assert steer.intent is not None
@@ -311,12 +317,13 @@ def test_steer_reaches_an_agent_that_advertises_the_session_steering_extension(
 
 
 def test_a_steer_sent_while_the_agent_starts_waits_for_the_turn(runner: Proc, session: Any) -> None:
-    run = run_of(submit(session, "toolloop"))
+    run = run_of(submit(session, "hold"))
     wait_event(run, "run.started")  # claimed; the agent process and session are still opening
     steer = submit(session, "early guidance", mode="steer")
     assert steer.kind == "steer"
     delivered = wait_event(run, "steer.delivered")
     assert delivered.payload["text"] == "early guidance"
+    release(session.project.path)
     wait_status(run, RunStatus.COMPLETED, log=runner.log)
     assert steer.intent is not None
     steer.intent.refresh_from_db()

@@ -1,6 +1,8 @@
 // Attachments: files picked, pasted or dropped on the composer are uploaded at once
 // (POST /api/sessions/{id}/attachments) and shown as removable thumbnails; the message
 // then names them by id. A turn shows its attachments the same way, read-only.
+// On a project's page there is no session yet: files wait in the tray and go up once the
+// first message has created one (`defer`, `uploadTo`).
 
 import { ApiError, NetworkError, csrfToken, toLogin } from './api.js';
 import { h } from './dom.js';
@@ -95,17 +97,35 @@ export class AttachmentTray {
     this.listEl = listEl;
     this.onChange = onChange || (() => {});
     this.sessionId = null;
+    this.deferred = false;
     this.items = [];
     this.counter = 0;
   }
 
   get enabled() {
-    return this.sessionId !== null;
+    return this.sessionId !== null || this.deferred;
   }
 
   enable(sessionId) {
     this.sessionId = sessionId;
     this.onChange();
+  }
+
+  // No session yet (a project's page): files are kept, shown, and uploaded by `uploadTo`.
+  defer() {
+    this.deferred = true;
+    this.onChange();
+  }
+
+  // Upload what waits (and what failed before) to the session just created; resolves with every
+  // uploaded attachment, or rejects naming the first file that could not go up.
+  async uploadTo(sessionId) {
+    this.enable(sessionId);
+    const waiting = this.items.filter((item) => item.file && (item.state === 'pending' || item.state === 'error'));
+    await Promise.all(waiting.map((item) => this.start(item)));
+    const failed = this.items.find((item) => item.state === 'error');
+    if (failed) throw new Error(`${failed.attachment.name}: ${failed.message}`);
+    return this.ready();
   }
 
   // Uploads still running: the message waits for them.
@@ -123,26 +143,38 @@ export class AttachmentTray {
     for (const file of files) {
       const item = {
         key: ++this.counter,
-        state: 'uploading',
+        state: 'pending',
         message: '',
+        file,
         attachment: { name: file.name || 'pasted image', mime_type: file.type, size: file.size },
       };
       this.items.push(item);
-      upload(this.sessionId, file).then(
-        (attachment) => {
-          item.attachment = attachment;
-          item.state = 'ready';
-          item.src = isImage(attachment.mime_type) ? contentUrl(attachment.id) : undefined;
-          this.render();
-        },
-        (error) => {
-          item.state = 'error';
-          item.message = error.message || 'upload failed';
-          this.render();
-        },
-      );
+      if (this.sessionId !== null) this.start(item);
+      else if (isImage(file.type)) previewLocally(item, () => this.render());
     }
     this.render();
+  }
+
+  // One file's upload; settles (never rejects) once the item is ready or failed.
+  start(item) {
+    item.state = 'uploading';
+    item.message = '';
+    this.render();
+    return upload(this.sessionId, item.file).then(
+      (attachment) => {
+        if (!this.items.includes(item)) return; // removed meanwhile: not sent
+        item.attachment = attachment;
+        item.state = 'ready';
+        item.file = null;
+        item.src = isImage(attachment.mime_type) ? contentUrl(attachment.id) : undefined;
+        this.render();
+      },
+      (error) => {
+        item.state = 'error';
+        item.message = error.message || 'upload failed';
+        this.render();
+      },
+    );
   }
 
   remove(key) {
@@ -175,6 +207,16 @@ export class AttachmentTray {
     );
     this.onChange();
   }
+}
+
+// A waiting image's thumbnail before it is uploaded: a data: URL (the page's CSP allows no blob:).
+function previewLocally(item, done) {
+  const reader = new FileReader();
+  reader.addEventListener('load', () => {
+    item.src = reader.result;
+    done();
+  });
+  reader.readAsDataURL(item.file);
 }
 
 // Files carried by a paste or a drop (none for plain text).

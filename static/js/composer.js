@@ -1,7 +1,8 @@
 // The composer: Enter sends, Shift+Enter breaks the line; while a run is active
 // a Queue/Steer choice (defaulting to the project's running_default) and Stop;
 // a slash-command palette from the agent's advertised commands; attachments (a button,
-// paste, drag and drop) on a session's page (attachments.js).
+// paste, drag and drop) on a session's page, and for the first message on a project's
+// page (attachments.js).
 
 import { AttachmentTray, filesOf } from './attachments.js';
 import { h } from './dom.js';
@@ -55,6 +56,16 @@ export class Composer {
   // Files can be attached once there is a session to upload them to.
   enableAttachments(sessionId) {
     this.tray.enable(sessionId);
+  }
+
+  // A project's page: files are attached before the first message creates the session.
+  deferAttachments() {
+    this.tray.defer();
+  }
+
+  // That session now exists: the files go up to it; resolves with what the message names.
+  uploadAttachments(sessionId) {
+    return this.tray.uploadTo(sessionId);
   }
 
   setUpAttachments() {
@@ -220,7 +231,8 @@ export class Composer {
     this.textarea.value = '';
     this.autosize();
     this.closePalette();
-    this.tray.clear();
+    // Files still waiting for a session stay: the first message uploads them (main.js).
+    if (!this.tray.deferred) this.tray.clear();
     this.mode = this.defaultMode;
     this.render();
     this.onSend(text, mode, attachments);

@@ -5,8 +5,22 @@
 // or sent with Stop-and-send. A steer on its way and a stop-and-send in flight
 // are shown without edit controls: they can no longer be taken back.
 
-import { api } from './api.js';
+import { ApiError, NetworkError, toLogin } from './api.js';
 import { h } from './dom.js';
+
+// One intent with its whole text: the socket's snapshot and GET /sessions/{id}/intents carry
+// previews (docs/intents.md), so a long message is read whole only when the user edits it.
+async function wholeIntent(id) {
+  let response;
+  try {
+    response = await fetch(`/api/intents/${id}`, { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
+  } catch (error) {
+    throw new NetworkError(error);
+  }
+  if (response.status === 401) toLogin();
+  if (!response.ok) throw new ApiError(response.status, `http_${response.status}`, response.statusText);
+  return response.json();
+}
 
 export class IntentsPanel {
   constructor(el, { act }) {
@@ -113,14 +127,14 @@ export class IntentsPanel {
     );
   }
 
-  // The socket's snapshot carries a preview of a long message (docs/live-delivery.md): edit the whole text.
+  // A long message is listed as a preview (`truncated`): edit the whole text.
   async startEdit(intent) {
     let text = intent.text;
     if (intent.truncated) {
       this.busy.add(intent.id);
       this.render();
       try {
-        text = (await api.intents(intent.session_id)).find((i) => i.id === intent.id)?.text;
+        text = (await wholeIntent(intent.id)).text;
       } catch {
         text = undefined;
       } finally {

@@ -108,6 +108,7 @@ if (data.session) {
   status.setRun(null);
   composer.setDefaultMode(data.project.running_default);
   composer.setLocked(composerLock({ project: data.project }));
+  composer.deferAttachments();
   root.dataset.ready = 'true';
 } else {
   status.setConnection('idle');
@@ -134,16 +135,21 @@ installKeyMap({
   jump: (direction) => controller?.jump(direction) ?? false,
 });
 
+// The first message's session once created: sending again after a failed upload reuses it.
+let started = null;
+
 async function startSession(text) {
   askPermissionOnce();
   composer.setDisabled('Starting a session…');
   try {
-    const session = await api.createSession(data.project.id);
-    outbox.add({ client_id: uuid(), session_id: session.id, text, mode: 'auto', created_at: Date.now() });
-    location.assign(`/sessions/${session.id}/`);
+    started ??= await api.createSession(data.project.id);
+    // Files attached on this page go up to the new session first: the message names them.
+    const attachments = await composer.uploadAttachments(started.id);
+    outbox.add({ client_id: uuid(), session_id: started.id, text, mode: 'auto', attachments, created_at: Date.now() });
+    location.assign(`/sessions/${started.id}/`);
   } catch (error) {
     composer.setDisabled(null);
     composer.restore(text);
-    alertDialog(`Could not start a session: ${error.message}`);
+    alertDialog(started ? `Could not attach a file: ${error.message}` : `Could not start a session: ${error.message}`);
   }
 }
