@@ -21,6 +21,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_GET
 
 from hermesweb.errors import MAX_ID
+from hermesweb.preload import module_closure
 from projects.api import with_active_run
 from projects.models import Project, Session
 from projects.schemas import ProjectOut, SessionOut, WorkflowOut
@@ -45,6 +46,8 @@ CONTENT_SECURITY_POLICY = "; ".join(
     ]
 )
 SIDEBAR_SESSIONS = 200
+# The workbench page's entry modules (templates/workbench.html): their imports are preloaded.
+ENTRY_MODULES = ("js/main.js", "js/fork.js")
 FRAGMENT_RUNS_MAX = 500
 
 
@@ -84,7 +87,12 @@ def _page(request: HttpRequest, project: Project | None, session: Session | None
         "session": _dump(SessionOut, session) if session else None,
     }
     title = (session.title if session else "") or (project.name if project else "")
-    context = {"data": data, "page_title": title, "session_id": session.pk if session else None}
+    context = {
+        "data": data,
+        "page_title": title,
+        "session_id": session.pk if session else None,
+        "preload_modules": module_closure(*ENTRY_MODULES),
+    }
     return render(request, "workbench.html", context)
 
 
