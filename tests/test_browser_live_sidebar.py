@@ -77,6 +77,8 @@ def test_a_background_session_asking_for_approval_reaches_both_tabs_and_one_noti
     open_session(page, here.pk)
     other.goto(f"/projects/{project.pk}/")  # no session open: the tab's socket is /ws/live/
     other.wait_for_selector("#workbench[data-ready='true']")
+    # Its status line shows that socket, not "not connected".
+    other.wait_for_selector(".connection[data-state='live']")
     for tab in (page, other):
         tab.wait_for_function("() => document.querySelector('link[rel=icon]')?.dataset.count === '0'")
         assert not tab.title().startswith("(")

@@ -38,8 +38,6 @@ document.addEventListener('hermesweb:sessions', (event) => {
   notifier.changed(prev, changed, first);
 });
 
-// No session open: the tab's socket follows only the user's sessions' states (/ws/live/).
-if (!data.session) new SessionSocket({ sessionId: null, onState: () => {}, onError: () => {} }).start();
 
 // Narrow screens: the sidebar is a drawer.
 const setNav = (open) => root.classList.toggle('nav-open', open);
@@ -114,6 +112,18 @@ if (data.session) {
   status.setConnection('idle');
   composer.setDisabled('Create a project first (sidebar → New project).');
   root.dataset.ready = 'true';
+}
+
+// No session open: the tab's socket follows only the user's sessions' states (/ws/live/); the
+// status line shows that socket's state, which is what keeps the sidebar live on this page.
+if (!data.session) {
+  const states = new SessionSocket({
+    sessionId: null,
+    onState: (state, info) => status.setConnection(state, info),
+    onError: () => {},
+  });
+  status.onRetry = () => states.reconnectNow();
+  states.start();
 }
 
 installKeyMap({
