@@ -242,6 +242,7 @@ def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
         ),
         "GET /api/attachments/{id}/content": Happy({"id": o["attachment"]}),
         "GET /api/sessions/{id}/intents": Happy(session, {"include_closed": True}),
+        "GET /api/intents/{id}": Happy(intent),
         "PATCH /api/intents/{id}": Happy(intent, body={"version": o["intent_version"], "text": "edited"}),
         "DELETE /api/intents/{id}": Happy(intent, {"version": o["intent_version"]}),
         "POST /api/intents/{id}/steer": Happy(intent, body={"run_id": o["run"]}),

@@ -150,9 +150,9 @@ def test_cancel_while_hermes_waits_for_an_approval_recovers_on_a_fresh_process(
     assert_journal_well_formed(run)
     assert doomed.exists()  # a cancel is never a grant
     assert state(run)["terminal_state"] == "cancelled"
-    # Only now: a refused tool call may still reach the model before the turn ends (the default
-    # answer takes that), and the next turn's answer must be the next turn's.
-    scripted_llm.enqueue(text("Back after the refusal."))
+    # The jammed process's refused tool call may still reach the model at any time (the default
+    # answer takes that): the next turn's answer goes to the request that holds its prompt.
+    scripted_llm.reply_to("Never mind, carry on", text("Back after the refusal."))
     after = run_of(submit(session, "Never mind, carry on"))
     wait_status(after, RunStatus.COMPLETED, timeout=WAIT, log=runner.log)
     assert "Back after the refusal." in state(after)["text"]

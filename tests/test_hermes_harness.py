@@ -338,3 +338,20 @@ def test_scripted_llm_speaks_openai_wire_format(scripted_llm: ScriptedLLM) -> No
         scripted_llm.wait_for_requests(5, timeout=0.05)
     with urllib.request.urlopen(f"{scripted_llm.base_url}/models", timeout=10) as response:
         assert json.load(response)["data"][0]["id"] == "mock-model"
+
+
+def test_a_reply_to_a_prompt_goes_to_the_request_holding_it_whatever_came_first(
+    scripted_llm: ScriptedLLM,
+) -> None:
+    """A late request of another turn (a jammed agent's) takes the script; the prompt's its reply."""
+    scripted_llm.reply_to("carry on", "For the new turn.")
+    scripted_llm.enqueue("Scripted.")
+    late = {"model": "mock-model", "stream": True, "messages": [{"role": "user", "content": "old turn"}]}
+    new = {**late, "messages": [{"role": "user", "content": "Never mind, carry on"}]}
+
+    deltas, _ = _sse_deltas(_post(scripted_llm, late))
+    assert "".join(d.get("content", "") for d in deltas) == "Scripted."
+    deltas, _ = _sse_deltas(_post(scripted_llm, new))
+    assert "".join(d.get("content", "") for d in deltas) == "For the new turn."
+    deltas, _ = _sse_deltas(_post(scripted_llm, new))  # once only
+    assert "".join(d.get("content", "") for d in deltas) == DEFAULT_TEXT

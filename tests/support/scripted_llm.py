@@ -135,6 +135,8 @@ def _split(message: str, pieces: int) -> list[str]:
 @dataclass
 class _State:
     script: deque[Response] = field(default_factory=deque)
+    # (text the request must hold, the answer): taken, once, before the script.
+    replies: list[tuple[str, Response]] = field(default_factory=list)
     requests: list[dict[str, Any]] = field(default_factory=list)
     scripted_requests: list[dict[str, Any]] = field(default_factory=list)
     other_requests: list[tuple[str, str]] = field(default_factory=list)
@@ -205,6 +207,14 @@ class ScriptedLLM:
             for response in responses:
                 self._state.script.append(TextResponse(response) if isinstance(response, str) else response)
 
+    def reply_to(self, holding: str, response: Response | str) -> None:
+        """Answer the first request whose messages hold `holding` with `response`, once, ahead of the
+        script: for a turn whose request may race another process's (a jammed agent's late one)."""
+        with self._cond:
+            self._state.replies.append(
+                (holding, TextResponse(response) if isinstance(response, str) else response)
+            )
+
     @property
     def pending(self) -> int:
         with self._cond:
@@ -254,13 +264,23 @@ class ScriptedLLM:
             self._state.requests.append(body)
             if scripted:
                 self._state.scripted_requests.append(body)
-                response: Response = (
+                response: Response = self._reply(body) or (
                     self._state.script.popleft() if self._state.script else TextResponse(self.default_text)
                 )
             else:
                 response = TextResponse(SIDE_CALL_TEXT)
             self._cond.notify_all()
             return response
+
+    def _reply(self, body: dict[str, Any]) -> Response | None:
+        replies = self._state.replies
+        if replies:
+            held = request_text(body)
+            for index, (holding, response) in enumerate(replies):
+                if holding in held:
+                    del replies[index]
+                    return response
+        return None
 
     def _record_other(self, method: str, path: str) -> None:
         with self._cond:
