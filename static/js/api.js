@@ -98,6 +98,8 @@ export const api = {
     request('POST', `/runs/${runId}/approvals/${enc(approvalId)}`, { option_id: optionId }),
   clarify: (runId, clarifyId, answer) => request('POST', `/runs/${runId}/clarifications/${enc(clarifyId)}`, { answer }),
   intents: (sessionId) => request('GET', `/sessions/${sessionId}/intents`),
+  // One intent with its whole text: lists and the socket's snapshot carry previews (docs/intents.md).
+  intent: (id) => request('GET', `/intents/${id}`),
   editIntent: (id, body) => request('PATCH', `/intents/${id}`, body),
   deleteIntent: (id, version) => request('DELETE', `/intents/${id}?version=${version}`),
   // `runId`: the run the user saw running; if another one is active by now the server answers 409.

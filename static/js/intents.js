@@ -5,22 +5,8 @@
 // or sent with Stop-and-send. A steer on its way and a stop-and-send in flight
 // are shown without edit controls: they can no longer be taken back.
 
-import { ApiError, NetworkError, toLogin } from './api.js';
+import { api } from './api.js';
 import { h } from './dom.js';
-
-// One intent with its whole text: the socket's snapshot and GET /sessions/{id}/intents carry
-// previews (docs/intents.md), so a long message is read whole only when the user edits it.
-async function wholeIntent(id) {
-  let response;
-  try {
-    response = await fetch(`/api/intents/${id}`, { headers: { Accept: 'application/json' }, credentials: 'same-origin' });
-  } catch (error) {
-    throw new NetworkError(error);
-  }
-  if (response.status === 401) toLogin();
-  if (!response.ok) throw new ApiError(response.status, `http_${response.status}`, response.statusText);
-  return response.json();
-}
 
 export class IntentsPanel {
   constructor(el, { act }) {
@@ -134,7 +120,7 @@ export class IntentsPanel {
       this.busy.add(intent.id);
       this.render();
       try {
-        text = (await wholeIntent(intent.id)).text;
+        text = (await api.intent(intent.id)).text;
       } catch {
         text = undefined;
       } finally {
