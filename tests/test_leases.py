@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from runs.models import JournalEvent, Run, RunStatus
 from runs.runner import connections, leases
-from runs.runner.claims import aclaim_run, run_context
+from runs.runner.claims import aclaim_run, previous_usage_total, run_context
 from runs.runner.leases import Claim, ClaimedRun
 from tests import factories
 from tests.support.pglocks import another_backend_waits_on_a_lock
@@ -162,7 +162,7 @@ def test_a_claim_in_flight_hides_its_run_and_the_next_from_other_runners_on_post
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turns_usage() -> None:
+def test_the_runners_own_connection_claims_what_djangos_would_and_the_last_turns_usage_is_found() -> None:
     session = factories.SessionFactory(project__agent="hermes")  # reports session totals
     usage = {"session_total": {"total": 150}}
     factories.RunFactory(session=session, status="completed", finished_at=timezone.now(), usage=usage)
@@ -180,7 +180,8 @@ def test_the_runners_own_connection_claims_what_djangos_would_with_the_last_turn
     assert (queued.status, queued.lease_owner) == ("running", "r1")
     assert claimed.more
     assert claimed.context == run_context(ClaimedRun.of(queued))
-    assert claimed.context.previous_usage_total == {"total": 150}
+    assert claimed.context.cumulative_usage
+    assert previous_usage_total(claimed.context) == {"total": 150}
 
 
 def test_the_runs_a_doubted_claim_took_are_those_it_started_at_its_time_alone() -> None:

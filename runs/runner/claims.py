@@ -29,9 +29,9 @@ class RunContext(ClaimedRun):
     """A claimed run with what executing it needs beyond its row."""
 
     # The agent reports a running session total (Hermes): a turn's usage is the difference
-    # with `previous_usage_total`, the total the session's previous turn ended with.
+    # with the total the session's previous turn ended with (`previous_usage_total`, read at
+    # the turn's end: it cannot change meanwhile, and the first token need not wait for it).
     cumulative_usage: bool = False
-    previous_usage_total: dict[str, Any] | None = None
     # The parent's agent session to fork (session/fork) on this forked session's first turn.
     fork_agent_session_id: str = ""
 
@@ -64,10 +64,8 @@ async def aclaim_run(
     claim = await leases.aclaim_postgres(conn, runner_id, now)
     if claim.run is None:
         return None
-    cumulative = _cumulative_usage(claim.run)
-    previous = await sync_to_async(_previous_usage_total)(claim.run) if cumulative else None
     fork = await sync_to_async(_fork_source)(claim.run) if not claim.run.agent_session_id else ""
-    return Claimed(_context(claim.run, cumulative, previous, fork), claim.more)
+    return Claimed(_context(claim.run, fork), claim.more)
 
 
 def unstarted_runs(
@@ -80,20 +78,13 @@ def unstarted_runs(
 
 def run_context(claimed: ClaimedRun) -> RunContext:
     """`claimed` with what executing it needs (a read of the previous turn only if the agent needs it)."""
-    cumulative = _cumulative_usage(claimed)
-    previous = _previous_usage_total(claimed) if cumulative else None
     fork = _fork_source(claimed) if not claimed.agent_session_id else ""
-    return _context(claimed, cumulative, previous, fork)
+    return _context(claimed, fork)
 
 
-def _context(
-    claimed: ClaimedRun, cumulative: bool, previous: dict[str, Any] | None, fork: str = ""
-) -> RunContext:
+def _context(claimed: ClaimedRun, fork: str = "") -> RunContext:
     return RunContext(
-        **vars(claimed),
-        cumulative_usage=cumulative,
-        previous_usage_total=previous,
-        fork_agent_session_id=fork,
+        **vars(claimed), cumulative_usage=_cumulative_usage(claimed), fork_agent_session_id=fork
     )
 
 
@@ -108,7 +99,8 @@ def _cumulative_usage(claimed: ClaimedRun) -> bool:
     return bool(spec and spec.cumulative_usage)
 
 
-def _previous_usage_total(claimed: ClaimedRun) -> dict[str, Any] | None:
+def previous_usage_total(claimed: ClaimedRun) -> dict[str, Any] | None:
+    """The session total the session's previous finished turn ended with (cumulative agents)."""
     previous = (
         Run.objects.filter(session_id=claimed.session_id, finished_at__isnull=False)
         .exclude(pk=claimed.run_id)

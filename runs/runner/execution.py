@@ -26,7 +26,7 @@ from runs.models import Control, ControlKind, EventType, RunStatus
 from runs.runner import prompt_content, session_config
 from runs.runner.agent_requests import AgentRequests
 from runs.runner.agents import AgentDied, AgentProcess, Agents, ProjectPathRefused
-from runs.runner.claims import RunContext
+from runs.runner.claims import RunContext, previous_usage_total
 from runs.runner.connections import retried
 from runs.runner.forking import forked_context
 from runs.runner.session_rows import store_agent_session, store_current_mode, store_session_meta
@@ -263,7 +263,8 @@ class RunExecution:
         data = response.model_dump(by_alias=True, exclude_none=True, mode="json")
         stop_reason = data.get("stopReason", "end_turn")
         cumulative = self.context.cumulative_usage
-        usage = per_turn_usage(data.get("usage"), self.context.previous_usage_total, cumulative)
+        previous = await retried(previous_usage_total, self.context) if cumulative else None
+        usage = per_turn_usage(data.get("usage"), previous, cumulative)
         usage_record = {**usage, "context": self.translator.usage}
         if cumulative and data.get("usage"):
             usage_record["session_total"] = data["usage"]

@@ -106,6 +106,17 @@ class RunnerProcess:
         self._wake.set()
         self._controls_wake.set()
 
+    def wake_for(self, reason: str) -> None:
+        """Wake only the loop a doorbell's reason (notify.wake_runners) is for: a new turn's ring
+        must not send the control loop to the database beside the claim, on the first token's path."""
+        kind = reason.partition(":")[0]
+        if kind == "run.queued":
+            self._wake.set()
+        elif kind == "control":
+            self._controls_wake.set()
+        else:
+            self.wake()
+
     def poke_controls(self) -> None:
         """Read controls now."""
         self._controls_wake.set()
@@ -275,16 +286,16 @@ class RunnerProcess:
         async with await connections.connect() as conn:
             await conn.execute(f"LISTEN {notify.RUNNERS_CHANNEL}")
             self.wake()  # whatever was written while nobody listened
-            async for _ in conn.notifies():
-                self.wake()
+            async for note in conn.notifies():
+                self.wake_for(note.payload)
 
     async def _listen_channel_layer(self) -> None:
         layer = get_channel_layer()
         channel = await layer.new_channel()
         await layer.group_add(notify.RUNNERS_GROUP, channel)
         while True:
-            await layer.receive(channel)
-            self.wake()
+            message = await layer.receive(channel)
+            self.wake_for(str(message.get("reason") or ""))
 
     @staticmethod
     async def _sleep(event: asyncio.Event, timeout: float) -> None:
