@@ -55,6 +55,20 @@ window.__long = [];
 new PerformanceObserver((list) => {
   for (const entry of list.getEntries()) window.__long.push(entry.duration);
 }).observe({ type: 'longtask', buffered: true });
+// The socket's frames: when the first and the latest came (the replay of a cut turn's rest).
+window.__ws = { open: null, first: null, last: null, frames: 0 };
+window.WebSocket = class extends window.WebSocket {
+  constructor(...args) {
+    super(...args);
+    this.addEventListener('open', () => (window.__ws.open ??= performance.now()));
+    this.addEventListener('message', () => {
+      const now = performance.now();
+      window.__ws.first ??= now;
+      window.__ws.last = now;
+      window.__ws.frames += 1;
+    });
+  }
+};
 """
 RESOURCES = r"""() => {
   const out = {};
@@ -317,6 +331,7 @@ def load(
         with contextlib.suppress(PlaywrightTimeout):
             ready = page.wait_for_function(READY, timeout=TIMEOUT_MS, polling=10).json_value()
             bottom = page.wait_for_function(BOTTOM, timeout=TIMEOUT_MS, polling=10).json_value()
+        socket = page.evaluate("() => window.__ws")
         if cdp is not None:
             cpu = cdp.send("Profiler.stop")["profile"]
             Path(str(profile)).write_bytes(orjson.dumps(cpu))
@@ -330,6 +345,7 @@ def load(
             "long_total": float(sum(tasks)),
             "long_max": float(max(tasks, default=0.0)),
             "dom_nodes": float(page.evaluate("() => document.getElementsByTagName('*').length")),
+            **{f"socket_{key}": math.nan if value is None else float(value) for key, value in socket.items()},
             **{
                 f"{name}_{key}": float(value) for name, entry in reads.items() for key, value in entry.items()
             },
@@ -486,7 +502,9 @@ def page_rows(n: int, loads: int, times: dict[str, list[dict[str, float]]]) -> l
                 )
                 + (
                     f"long tasks {median('long', 'long_total'):.0f} ms in all, the longest "
-                    f"{median('long', 'long_max'):.0f} ms; {median('long', 'dom_nodes'):.0f} DOM nodes"
+                    f"{median('long', 'long_max'):.0f} ms; {median('long', 'dom_nodes'):.0f} DOM nodes; "
+                    f"socket open at {median('long', 'socket_open'):.0f} ms, its frames "
+                    f"{median('long', 'socket_first'):.0f} → {median('long', 'socket_last'):.0f} ms"
                     if what == "bottom"
                     else reads_note(times["long"])
                 ),

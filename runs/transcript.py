@@ -7,6 +7,8 @@ Design note: docs/journal.md ("Transcript"). Used by the pages, the admin, expor
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
@@ -14,7 +16,7 @@ import orjson
 from django.db.models import Max, Sum, TextField
 from django.db.models.functions import Cast, Length
 
-from runs.models import EventType, JournalEvent, Run, RunStatus
+from runs.models import TERMINAL_STATUSES, EventType, JournalEvent, Run, RunStatus
 
 # A page of turns (the transcript API, the session's rendered fragments): its default and largest
 # number of turns. Its bytes are bounded too: see `page_turns`.
@@ -29,6 +31,9 @@ SIZE_CHECK_EVENTS = 2000
 SIZE_CHECK_SLACK = 2
 # A page's turn states leave these out (`page_state`): each is the join of the state's items.
 PAGE_OMITS = frozenset({"text", "reasoning"})
+# Folds of finished runs kept per process (`FoldCache`), at most this many payload bytes in all:
+# a long run's page is then a read (its fold was most of a 100k-event page's request, issue 25).
+FOLD_CACHE_BYTES = 32 * 1024 * 1024
 
 
 def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, Any]:
@@ -55,6 +60,7 @@ class Fold:
     def __init__(self) -> None:
         self.state = empty_state()
         self.stream: list[dict[str, Any]] = []
+        self.stream_key: tuple[str, Any] | None = None  # the key of `stream`'s events
         # The run's whole text and reasoning, joined once in `finish`: a tool event between every
         # few deltas would otherwise copy all the text so far each time.
         self.parts: dict[str, list[str]] = {"text": [], "reasoning": []}
@@ -65,10 +71,11 @@ class Fold:
         if ev["seq"] <= (stream[-1]["seq"] if stream else self.state["last_seq"]):
             return
         key = _stream_key(ev)
-        if stream and key != _stream_key(stream[-1]):
+        if stream and key != self.stream_key:
             self._apply_stream()
         if key is not None:
             self.stream.append(ev)
+            self.stream_key = key
         else:
             apply_event(self.state, ev)
 
@@ -299,7 +306,71 @@ def plainly_over(run: Run, budget: int) -> bool:
     return (sizes["chars"] or 0) > SIZE_CHECK_SLACK * budget and (sizes["last"] or 0) > run.compacted_through
 
 
+class FoldCache:
+    """Folds of finished runs (`_materialize_within`'s answers), least recently used out first.
+
+    A finished run's fold never changes: its journal is append-only, and compaction, which
+    rewrites its rows, moves `compacted_through` (part of the key; the fold itself is the same).
+    A later event moves `last_seq`; `created_at` tells apart two runs given one id in turn (a
+    test database's rolled-back rows). Its states are shared: callers read them, never change them.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.spent = 0
+        self.entries: OrderedDict[tuple[Any, ...], tuple[dict[str, Any], int, bool]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def key(run: Run, budget: int, keep_cut: bool) -> tuple[Any, ...] | None:
+        """The key of a run's fold, or None when it is not kept (a run going on; a small one,
+        which folds in milliseconds)."""
+        if run.status not in TERMINAL_STATUSES or run.last_seq < SIZE_CHECK_EVENTS:
+            return None
+        return (run.pk, run.created_at, run.last_seq, run.compacted_through, budget, keep_cut)
+
+    def get(self, key: tuple[Any, ...]) -> tuple[dict[str, Any], int, bool] | None:
+        with self.lock:
+            found = self.entries.get(key)
+            if found is not None:
+                self.entries.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[Any, ...], value: tuple[dict[str, Any], int, bool]) -> None:
+        cost = max(value[1], 1)
+        if cost > self.limit:
+            return
+        with self.lock:
+            if key in self.entries:
+                return
+            self.entries[key] = value
+            self.spent += cost
+            while self.spent > self.limit:
+                _, (_, used, _) = self.entries.popitem(last=False)
+                self.spent -= max(used, 1)
+
+    def clear(self) -> None:
+        with self.lock:
+            self.entries.clear()
+            self.spent = 0
+
+
+fold_cache = FoldCache(FOLD_CACHE_BYTES)
+
+
 def _materialize_within(run: Run, budget: int, *, keep_cut: bool = True) -> tuple[dict[str, Any], int, bool]:
+    """`fold_within`, from `fold_cache` for a finished run folded before."""
+    key = FoldCache.key(run, budget, keep_cut)
+    if key is None:
+        return fold_within(run, budget, keep_cut=keep_cut)
+    found = fold_cache.get(key)
+    if found is None:
+        found = fold_within(run, budget, keep_cut=keep_cut)
+        fold_cache.put(key, found)
+    return found
+
+
+def fold_within(run: Run, budget: int, *, keep_cut: bool = True) -> tuple[dict[str, Any], int, bool]:
     """A run's state from its events while their payloads fit `budget`: (state, bytes used, complete).
 
     A cut never falls inside the compacted range: a cursor there could not be read on from.
