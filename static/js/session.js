@@ -1,24 +1,26 @@
-// The open session: transcript, live events, composer, pending intents.
+// The open session: transcript, live events, composer, pending intents. The controller holds the
+// session and its turns and wires the parts: the live events' gate and drawing (feed.js), where
+// the reader is (position.js), older pages (earlier.js), messages on their way (outgoing.js), and
+// the controls (controls.js).
 //
 // Loading order (docs/ui.md, "Live updates"): the transcript from the API
 // first, then the socket subscribes with `{run_id: last_seq}` of every run
 // still going, so a reload mid-run shows exactly what an uninterrupted page
-// shows. Every event goes through one gate: at or below the run's cursor it
-// is dropped (a replay overlap), one above it is applied, further ahead it
-// waits while the gap is read from GET /api/runs/{id}/events.
+// shows.
 
-import { api, ApiError, fetchFragments, NetworkError, toLogin } from './api.js';
+import { api, fetchFragments, NetworkError, toLogin } from './api.js';
 import { composerLock } from './archive.js';
-import { renderAttachmentList } from './attachments.js';
-import { h, uuid } from './dom.js';
+import { RunControls } from './controls.js';
+import { h } from './dom.js';
+import { EarlierTurns } from './earlier.js';
+import { TurnFeed } from './feed.js';
 import { askPermissionOnce } from './notify.js';
-import { outbox } from './outbox.js';
+import { Outgoing } from './outgoing.js';
+import { ReadingPosition } from './position.js';
 import { emptyState } from './runstate.js';
 import { sessionTitle } from './sidebar.js';
 import { SessionSocket } from './socket.js';
 import { TurnView } from './transcript.js';
-
-const POLL_MIN_MS = 2000;
 
 export class SessionController {
   constructor({ data, els, status, composer, intents, sidebar }) {
@@ -31,46 +33,62 @@ export class SessionController {
     this.intents = intents;
     this.sidebar = sidebar;
     this.turns = new Map();
-    this.buffered = new Map();
-    this.repairing = new Set();
-    this.dirty = new Set();
-    this.held = new Set(); // views whose drawing waits on a timer (holdFlush)
-    this.flushScheduled = false;
-    this.needsFragment = new Set();
-    this.fragmentTimer = null;
     this.resyncing = null;
     this.resyncAgain = false;
-    this.lastPoll = 0;
     this.agentTitle = null;
     this.lockKind = null;
-    // The transcript comes a page at a time, newest first (docs/ui.md, "Long sessions"):
-    // `before` is the cursor of the next older page, `loading` the request under way.
-    this.earlier = { before: null, hasMore: false, loading: null, failed: false };
-    this.earlierEl = this.buildEarlier();
-    els.transcript.prepend(this.earlierEl);
+    this.feed = new TurnFeed({
+      sessionId: this.sessionId,
+      turns: this.turns,
+      resync: () => this.resync(),
+      reload: () => this.reload(),
+      onTitle: (title) => {
+        this.agentTitle = title || this.agentTitle;
+        this.renderTitle();
+      },
+      onDrawn: () => {
+        this.refresh();
+        this.position.scrollToBottom();
+      },
+      onRendered: () => this.position.scrollToBottom(),
+    });
+    this.position = new ReadingPosition(els.scroller, els.transcript);
+    this.earlier = new EarlierTurns({
+      sessionId: this.sessionId,
+      scroller: els.scroller,
+      addPage: (page, fragments) => {
+        const added = page.turns.filter((turn) => !this.turns.has(turn.run_id)).map((turn) => this.addTurn(turn));
+        this.feed.applyFragments(fragments);
+        for (const view of added) this.feed.drainBuffered(view);
+        return added;
+      },
+      onLoaded: () => {
+        this.feed.requestFragments();
+        this.refresh();
+      },
+    });
+    els.transcript.prepend(this.earlier.el);
+    this.outgoing = new Outgoing(els.outgoing, {
+      sessionId: this.sessionId,
+      empty: els.empty,
+      composer,
+      submit: (body) => this.socket.submit(body),
+      onAccepted: (entry, result) => this.acknowledge(entry, result),
+      onRefused: (error) => {
+        // Archived since the page loaded (another tab): the composer says so from now on.
+        if (error.code === 'session_archived') this.session.status = 'archived';
+        if (error.code === 'project_archived' && this.project) this.project.status = 'archived';
+        this.refresh();
+      },
+    });
+    this.controls = new RunControls({ sessionId: this.sessionId, composer, intents, activeRunId: () => this.activeView()?.runId });
     this.handlers = {
-      approve: (view, item, option) => this.approve(view, item, option),
-      clarify: (view, item, answer) => this.clarify(view, item, answer),
+      approve: (view, item, option) => this.controls.approve(view, item, option),
+      clarify: (view, item, answer) => this.controls.clarify(view, item, answer),
       retry: (view) => this.retry(view),
       edit: (view) => this.composer.restore(view.turn.prompt_text || '', view.turn.attachments || []),
     };
-    // Follow the stream only while the reader is at the bottom; a reader who scrolled up stays put.
-    this.stick = true;
-    this.autoScrollTop = 0; // where scrollToBottom last put the view
-    // Only the reader moving up unsticks: text laid out below the view (its size known only once
-    // shown: .md.plain's content-visibility, chunks) moves the bottom away without anyone scrolling.
-    els.scroller.addEventListener(
-      'scroll',
-      () => {
-        this.stick = this.atBottom() || els.scroller.scrollTop >= this.autoScrollTop - 2;
-        if (!this.stick) this.autoScrollTop = Infinity; // from here, only the bottom sticks again
-      },
-      { passive: true },
-    );
-    // The transcript grew after layout (rendered markdown, text sized once shown): stay at the bottom.
-    new ResizeObserver(() => this.stick && this.scrollToBottom()).observe(els.transcript);
-    // Scrolling up to the top reads the next older page, as the button does.
-    els.scroller.addEventListener('scroll', () => els.scroller.scrollTop < 80 && this.loadEarlier(), { passive: true });
+
     composer.setDefaultMode(this.project?.running_default);
     composer.setCommands(this.session.commands || []);
     document.addEventListener('hermesweb:session-renamed', (event) => {
@@ -99,19 +117,16 @@ export class SessionController {
     window.addEventListener('hashchange', () => this.revealFromHash());
     this.socket = new SessionSocket({
       sessionId: this.sessionId,
-      cursors: () => this.cursors(),
-      onEvent: (event) => this.onEvent(event),
+      cursors: () => this.feed.cursors(),
+      onEvent: (event) => this.feed.onEvent(event),
       onSession: (session) => this.onSession(session),
       onError: (code, message) => this.onSocketError(code, message),
       onState: (state, info) => this.onConnection(state, info),
-      onReconnectTick: () => this.poll(),
+      onReconnectTick: () => this.feed.poll(),
       onFatal: (reason) => this.onFatal(reason),
     });
     this.socket.start();
-    for (const entry of outbox.list(this.sessionId)) {
-      this.showOutgoing(entry, 'sending');
-      this.post(entry);
-    }
+    this.outgoing.resume();
     this.els.root.dataset.ready = 'true';
   }
 
@@ -119,12 +134,6 @@ export class SessionController {
     this.els.transcript.append(
       h('div', { class: 'turn-banner banner-failed', role: 'alert' }, h('strong', { text: 'Could not load the transcript.' }), h('span', { class: 'reason', text: error.message })),
     );
-  }
-
-  cursors() {
-    const after = {};
-    for (const view of this.turns.values()) if (!view.terminal) after[view.runId] = view.lastSeq;
-    return after;
   }
 
   // Merge the server's transcript: new turns are added, turns the server has
@@ -140,7 +149,7 @@ export class SessionController {
     const fragmentsRead = withFragments ? fetchFragments(this.sessionId, null).catch(() => new Map()) : null;
     // More turns than a page began while we were away: the newest page does not reach ours, start over from it.
     const gap = transcript.has_more && this.turns.size > 0 && !transcript.turns.some((turn) => this.turns.has(turn.run_id));
-    if (initial || replace || gap) this.setEarlier(transcript);
+    if (initial || replace || gap) this.earlier.set(transcript);
     if (replace || gap) {
       for (const view of this.turns.values()) view.el.remove();
       this.turns.clear();
@@ -150,112 +159,27 @@ export class SessionController {
       if (!view) this.addTurn(turn);
       else if ((turn.state?.last_seq ?? 0) > view.lastSeq) {
         // Catch up event by event rather than redraw: keeps what the user opened or typed.
-        this.repair(view);
+        this.feed.repair(view);
       }
     }
     this.session.title = transcript.title;
     this.session.status = transcript.status;
     this.session.active_run_id = transcript.active_run_id;
     this.intents.setIntents(transcript.intents);
-    for (const view of this.turns.values()) this.drainBuffered(view);
+    for (const view of this.turns.values()) this.feed.drainBuffered(view);
     this.refresh();
-    this.scrollToBottom(initial || replace);
+    this.position.scrollToBottom(initial || replace);
     // The turns are usable as drawn (plain text until their markdown comes): the rendered
     // fragments are laid over them when they arrive, without holding up the page (issue 25).
     if (fragmentsRead) fragmentsRead.then((fragments) => this.onFragments(fragments, initial || replace));
-    else this.requestFragments();
+    else this.feed.requestFragments();
   }
 
   onFragments(fragments, scroll) {
-    const stick = scroll && this.stick;
-    this.applyFragments(fragments);
-    this.requestFragments();
-    if (stick) this.scrollToBottom();
-  }
-
-  // Apply rendered turns; how many turns were settled by it (rendered, or found too large to).
-  applyFragments(sections) {
-    let settled = 0;
-    for (const [runId, section] of sections) {
-      const view = this.turns.get(runId);
-      if (!view) continue;
-      // An ended run too large to render stays so: once caught up, it is settled without asking again.
-      if (section.hasAttribute('data-too-large') && view.catchingUp) view.tooLarge = true;
-      if (section.hasAttribute('data-too-large') && view.terminal) {
-        // Too large to render in one answer: the turn keeps its plain text.
-        view.el.dataset.rendered = 'plain';
-        this.needsFragment.delete(runId);
-        settled += 1;
-      } else if (view.terminal && Number(section.dataset.lastSeq) === view.lastSeq) {
-        view.applyFragment(section);
-        view.el.dataset.rendered = 'true';
-        this.needsFragment.delete(runId);
-        settled += 1;
-      }
-    }
-    return settled;
-  }
-
-  // ---------------------------------------------------------------- earlier turns
-
-  buildEarlier() {
-    this.earlierButton = h('button', { type: 'button', class: 'btn', text: 'Load earlier turns', onclick: () => this.loadEarlier() });
-    this.earlierNote = h('span', { class: 'load-earlier-note', role: 'status' });
-    return h('div', { class: 'load-earlier', hidden: true }, this.earlierButton, this.earlierNote);
-  }
-
-  setEarlier(page) {
-    this.earlier.hasMore = Boolean(page.has_more);
-    this.earlier.before = page.before ?? null;
-    this.renderEarlier();
-  }
-
-  renderEarlier() {
-    const { hasMore, loading, failed } = this.earlier;
-    // The note stays once the last page came, so a screen reader hears how many turns arrived.
-    this.earlierButton.hidden = !hasMore;
-    this.earlierEl.hidden = !hasMore && !this.earlierNote.textContent;
-    // Busy, not disabled: a keyboard user's focus stays on it while the page comes.
-    this.earlierButton.setAttribute('aria-busy', loading ? 'true' : 'false');
-    this.earlierButton.textContent = loading ? 'Loading earlier turns…' : failed ? 'Try again: load earlier turns' : 'Load earlier turns';
-  }
-
-  // The next older page of turns, put above the first one without moving what the reader sees.
-  loadEarlier() {
-    if (this.earlier.loading) return this.earlier.loading;
-    if (!this.earlier.hasMore) return Promise.resolve();
-    const before = this.earlier.before;
-    const hadFocus = this.earlierEl.contains(document.activeElement);
-    this.earlier.loading = (async () => {
-      try {
-        const [page, fragments] = await Promise.all([
-          api.transcript(this.sessionId, before),
-          fetchFragments(this.sessionId, null, before).catch(() => new Map()),
-        ]);
-        const scroller = this.els.scroller;
-        const fromBottom = scroller.scrollHeight - scroller.scrollTop;
-        const added = page.turns.filter((turn) => !this.turns.has(turn.run_id)).map((turn) => this.addTurn(turn));
-        this.applyFragments(fragments);
-        for (const view of added) this.drainBuffered(view);
-        this.earlier.failed = false;
-        this.setEarlier(page);
-        scroller.scrollTop = scroller.scrollHeight - fromBottom;
-        this.earlierNote.textContent = `${added.length} earlier ${added.length === 1 ? 'turn' : 'turns'} loaded.`;
-        // The button went away with the last page: keep keyboard focus in the transcript.
-        if (hadFocus && !page.has_more && added.length) added[added.length - 1].el.focus({ preventScroll: true });
-        this.requestFragments();
-        this.refresh();
-      } catch (error) {
-        this.earlier.failed = true;
-        this.earlierNote.textContent = 'Could not load earlier turns.';
-        if (!(error instanceof NetworkError)) console.warn('earlier turns failed', error);
-      } finally {
-        this.earlier.loading = null;
-        this.renderEarlier();
-      }
-    })();
-    this.renderEarlier();
-    return this.earlier.loading;
+    const stick = scroll && this.position.stick;
+    this.feed.applyFragments(fragments);
+    this.feed.requestFragments();
+    if (stick) this.position.scrollToBottom();
   }
 
   addTurn(turn) {
@@ -264,13 +188,8 @@ export class SessionController {
     const later = [...this.turns.values()].filter((v) => v.runId > turn.run_id).sort((a, b) => a.runId - b.runId)[0];
     if (later) later.el.before(view.el);
     else this.els.transcript.append(view.el);
-    if (turn.client_id) {
-      // The server has this message as a turn: it is acknowledged whatever happened to the POST's answer.
-      this.removeOutgoing(turn.client_id);
-      outbox.remove(turn.client_id);
-    }
-    if (view.terminal) this.needsFragment.add(view.runId);
-    else view.el.dataset.rendered = 'false';
+    if (turn.client_id) this.outgoing.acknowledged(turn.client_id);
+    this.feed.watch(view);
     this.els.empty.hidden = true;
     return view;
   }
@@ -300,151 +219,7 @@ export class SessionController {
     this.socket.resubscribe();
   }
 
-  // ---------------------------------------------------------------- events
-
-  onEvent(event) {
-    if (event.session_id !== undefined && Number(event.session_id) !== this.sessionId) return;
-    const view = this.turns.get(event.run_id);
-    if (!view) {
-      // A run we have not seen (drained from the queue, another tab's message): read the transcript.
-      this.buffer(event);
-      this.resync();
-      return;
-    }
-    if (this.repairing.has(view.runId)) {
-      this.buffer(event);
-      return;
-    }
-    if (event.seq <= view.lastSeq) return;
-    if (event.seq > view.lastSeq + 1) {
-      this.buffer(event);
-      this.repair(view);
-      return;
-    }
-    this.applyTo(view, event);
-  }
-
-  buffer(event) {
-    const list = this.buffered.get(event.run_id) || [];
-    list.push(event);
-    this.buffered.set(event.run_id, list);
-  }
-
-  drainBuffered(view) {
-    const list = this.buffered.get(view.runId);
-    if (!list) return;
-    this.buffered.delete(view.runId);
-    list.sort((a, b) => a.seq - b.seq);
-    for (let i = 0; i < list.length; i++) {
-      const event = list[i];
-      if (event.seq <= view.lastSeq) continue;
-      if (event.seq > view.lastSeq + 1) {
-        for (const rest of list.slice(i)) this.buffer(rest);
-        this.repair(view);
-        return;
-      }
-      this.applyTo(view, event);
-    }
-  }
-
-  // Read a run's missing events over HTTP (a seq gap, or no socket at all).
-  async repair(view) {
-    if (this.repairing.has(view.runId)) return;
-    this.repairing.add(view.runId);
-    try {
-      for (let page = 0; page < 100; page++) {
-        const result = await api.runEvents(view.runId, view.lastSeq);
-        for (const event of result.events) if (event.seq === view.lastSeq + 1) this.applyTo(view, event);
-        if (!result.has_more || !result.events.length) break;
-      }
-    } catch (error) {
-      if (error instanceof ApiError && (error.code === 'cursor_expired' || error.code === 'cursor_ahead')) {
-        this.repairing.delete(view.runId);
-        await this.reload();
-        return;
-      }
-    } finally {
-      this.repairing.delete(view.runId);
-    }
-    this.drainBuffered(view);
-  }
-
-  applyTo(view, event) {
-    if (!view.apply(event)) return;
-    this.dirty.add(view);
-    this.scheduleFlush();
-    switch (event.type) {
-      case 'done':
-        if (view.tooLarge) {
-          view.el.dataset.rendered = 'plain';
-          break;
-        }
-        this.needsFragment.add(view.runId);
-        this.requestFragments();
-        break;
-      case 'title.updated':
-        this.agentTitle = event.payload?.title || this.agentTitle;
-        this.renderTitle();
-        break;
-      default:
-        break;
-    }
-  }
-
-  scheduleFlush() {
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    // Animation frames stop in a hidden tab; a timer keeps state (and notifications) current there.
-    const run = () => this.flush();
-    if (document.hidden) setTimeout(run, 250);
-    else requestAnimationFrame(run);
-  }
-
-  flush() {
-    this.flushScheduled = false;
-    const views = [...this.dirty];
-    this.dirty.clear();
-    for (const view of views) {
-      const wait = view.holdFor();
-      if (wait > 0) this.holdFlush(view, wait);
-      else if (view.flush()) this.dirty.add(view); // a costly text, left for a later frame
-    }
-    this.refresh();
-    this.scrollToBottom();
-    if (this.dirty.size) this.scheduleFlush();
-  }
-
-  // A turn catching up on a replay is drawn later (TurnView.holdFor); its events are applied meanwhile.
-  holdFlush(view, wait) {
-    if (this.held.has(view)) return;
-    this.held.add(view);
-    setTimeout(() => {
-      this.held.delete(view);
-      this.dirty.add(view);
-      this.scheduleFlush();
-    }, wait);
-  }
-
-  requestFragments() {
-    clearTimeout(this.fragmentTimer);
-    this.fragmentTimer = setTimeout(() => this.loadFragments(), 30);
-  }
-
-  async loadFragments() {
-    const ids = [...this.needsFragment].filter((id) => this.turns.get(id)?.terminal);
-    if (!ids.length) return;
-    let sections;
-    try {
-      sections = await fetchFragments(this.sessionId, ids);
-    } catch {
-      setTimeout(() => this.requestFragments(), 3000);
-      return;
-    }
-    const settled = this.applyFragments(new Map(ids.filter((id) => sections.has(id)).map((id) => [id, sections.get(id)])));
-    // An answer stops at the server's page budget: ask again for the turns that did not come.
-    if (settled && ids.some((id) => !sections.has(id))) this.requestFragments();
-    this.scrollToBottom();
-  }
+  // ---------------------------------------------------------------- socket
 
   onFatal(reason) {
     if (reason === 'unauthenticated') {
@@ -488,20 +263,7 @@ export class SessionController {
       // read and the subscribe) is in no cursor and no longer active: only the transcript has it.
       this.resync();
       this.composer.setNote('');
-      for (const entry of outbox.list(this.sessionId)) if (entry.failed) this.post(entry);
-    }
-  }
-
-  // No socket: keep the page moving over HTTP (the events endpoint has the same semantics).
-  async poll() {
-    if (Date.now() - this.lastPoll < POLL_MIN_MS) return;
-    this.lastPoll = Date.now();
-    const open = [...this.turns.values()].filter((v) => !v.terminal);
-    try {
-      await Promise.all(open.map((view) => this.repair(view)));
-      if (open.some((v) => v.terminal)) await this.resync();
-    } catch {
-      // The server is down too; the socket's backoff keeps trying.
+      this.outgoing.retryFailed();
     }
   }
 
@@ -564,7 +326,7 @@ export class SessionController {
       const node = view.nodes.get(item);
       if (!node) return;
       node.scrollIntoView({ block: 'center' });
-      this.stick = this.atBottom();
+      this.position.moved();
       node.querySelector('button:not(:disabled), input, textarea, select')?.focus({ preventScroll: true });
     };
   }
@@ -583,52 +345,15 @@ export class SessionController {
     this.sidebar.updateSession({ ...this.session, id: this.sessionId, title: this.session.title || this.agentTitle || '' });
   }
 
-  atBottom() {
-    const el = this.els.scroller;
-    return el.scrollHeight - el.scrollTop - el.clientHeight < 24;
-  }
-
-  // Keep the reader's place unless they are at the bottom (or `force`: they just sent something).
-  scrollToBottom(force = false) {
-    if (!force && !this.stick) return;
-    this.stick = true;
-    this.els.scroller.scrollTop = this.els.scroller.scrollHeight;
-    this.autoScrollTop = this.els.scroller.scrollTop;
-  }
-
   // ---------------------------------------------------------------- turn navigation
 
   orderedViews() {
     return [...this.turns.values()].sort((a, b) => a.runId - b.runId);
   }
 
-  // The previous (-1) or next (+1) turn; it is scrolled to and focused. From the turn jumped to
-  // last while it is still in view, else from the reading position: at the bottom, past the
-  // last turn; otherwise the turn at the top of the view (k from its middle goes to its start).
+  // The previous (-1) or next (+1) turn, scrolled to and focused (position.js).
   jump(direction) {
-    const views = this.orderedViews();
-    if (!views.length) return false;
-    const box = this.els.scroller.getBoundingClientRect();
-    const rects = views.map((view) => view.el.getBoundingClientRect());
-    const visible = (rect) => rect.bottom > box.top + 4 && rect.top < box.bottom - 4;
-    let index = views.indexOf(this.currentTurn);
-    let target = null;
-    if (index !== -1 && visible(rects[index])) {
-      target = views[index + direction];
-    } else if (this.atBottom() && direction < 0) {
-      target = views[views.length - 1];
-    } else {
-      index = rects.findIndex((rect) => rect.bottom > box.top + 4);
-      if (index === -1) index = views.length - 1;
-      if (direction < 0) target = rects[index].top < box.top - 4 ? views[index] : views[index - 1];
-      else target = views[index + 1];
-    }
-    if (!target) return false;
-    this.currentTurn = target;
-    target.el.scrollIntoView({ block: 'start' });
-    target.el.focus({ preventScroll: true });
-    this.stick = this.atBottom();
-    return true;
+    return this.position.jump(this.orderedViews(), direction);
   }
 
   // A search hit (`#run-<id>`, search.js): its turn scrolled to the top of the view, focused and
@@ -638,15 +363,10 @@ export class SessionController {
     if (!view) {
       // An older turn than the pages read so far: read back to it, a page at a time.
       if (!this.earlier.hasMore || Number(runId) >= this.earlier.before) return false;
-      this.loadEarlier().then(() => !this.earlier.failed && this.revealRun(runId));
+      this.earlier.load().then(() => !this.earlier.failed && this.revealRun(runId));
       return true;
     }
-    for (const el of this.els.transcript.querySelectorAll('.turn.revealed')) el.classList.remove('revealed');
-    view.el.classList.add('revealed');
-    this.currentTurn = view;
-    view.el.scrollIntoView({ block: 'start' });
-    view.el.focus({ preventScroll: true });
-    this.stick = this.atBottom();
+    this.position.reveal(view);
     return true;
   }
 
@@ -671,46 +391,17 @@ export class SessionController {
     return null;
   }
 
-  // ---------------------------------------------------------------- sending
+  // ---------------------------------------------------------------- sending and controls
 
   async send(text, mode, attachments = []) {
     askPermissionOnce();
-    const entry = { client_id: uuid(), session_id: this.sessionId, text, mode, attachments, created_at: Date.now() };
-    outbox.add(entry);
-    this.showOutgoing(entry, 'sending');
-    this.scrollToBottom(true);
-    await this.post(entry);
+    const entry = this.outgoing.add(text, mode, attachments);
+    this.position.scrollToBottom(true);
+    await this.outgoing.post(entry);
   }
 
-  async post(entry) {
-    this.showOutgoing(entry, 'sending');
-    try {
-      const body = { client_id: entry.client_id, text: entry.text, mode: entry.mode };
-      if (entry.attachments?.length) body.attachments = entry.attachments.map((a) => a.id);
-      // Over the socket when it is open; over HTTP when it is not, or could not tell.
-      const result = (await this.socket.submit(body)) ?? (await api.submitMessage(this.sessionId, body));
-      outbox.remove(entry.client_id);
-      this.acknowledge(entry, result);
-    } catch (error) {
-      if (error instanceof NetworkError || (error instanceof ApiError && (error.status >= 500 || error.status === 401))) {
-        // Same client_id on retry: the server dedupes, so a retry never makes a second turn.
-        // Signed out: kept, and sent again once the page is live after signing in.
-        outbox.update(entry.client_id, { failed: true });
-        const why = error.status === 401 ? 'signed out; it is sent once you sign in again' : 'the server could not be reached';
-        this.showOutgoing(entry, 'failed', `Not sent: ${why}.`);
-      } else {
-        outbox.remove(entry.client_id);
-        this.showOutgoing(entry, 'refused', error.message);
-        // Archived since the page loaded (another tab): the composer says so from now on.
-        if (error.code === 'session_archived') this.session.status = 'archived';
-        if (error.code === 'project_archived' && this.project) this.project.status = 'archived';
-        this.refresh();
-      }
-    }
-  }
-
+  // The server took the message: a run (drawn from here on) or an intent (the queue re-read).
   acknowledge(entry, result) {
-    this.removeOutgoing(entry.client_id);
     if (result.run_id && !this.turns.has(result.run_id)) {
       if (result.kind === 'run') {
         const view = this.addTurn({
@@ -723,9 +414,8 @@ export class SessionController {
           status: result.status,
           state: emptyState(),
         });
-        this.drainBuffered(view);
-        this.dirty.add(view);
-        this.scheduleFlush();
+        this.feed.drainBuffered(view);
+        this.feed.draw(view);
       } else {
         this.resync();
       }
@@ -739,98 +429,11 @@ export class SessionController {
     this.refresh();
   }
 
-  showOutgoing(entry, state, message = '') {
-    let node = this.els.outgoing.querySelector(`[data-client-id="${CSS.escape(entry.client_id)}"]`);
-    const actions = [];
-    if (state === 'failed') {
-      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Retry', onclick: () => this.post(entry) }));
-      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Discard', onclick: () => (outbox.remove(entry.client_id), this.removeOutgoing(entry.client_id)) }));
-    } else if (state === 'refused') {
-      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Edit', onclick: () => (this.removeOutgoing(entry.client_id), this.composer.restore(entry.text, entry.attachments)) }));
-      actions.push(h('button', { type: 'button', class: 'btn small', text: 'Dismiss', onclick: () => this.removeOutgoing(entry.client_id) }));
-    }
-    const label = { sending: 'sending…', failed: 'not sent', refused: 'refused' }[state];
-    const fresh = h(
-      'div',
-      { class: 'outgoing', dataset: { clientId: entry.client_id, state } },
-      h('div', { class: 'bubble user-text', text: entry.text }),
-      renderAttachmentList(entry.attachments),
-      h('div', { class: 'outgoing-status' }, h('span', { text: label }), message ? h('span', { class: 'reason', text: ` — ${message}` }) : null, actions),
-    );
-    if (node) node.replaceWith(fresh);
-    else this.els.outgoing.append(fresh);
-    this.els.empty.hidden = true;
+  stop() {
+    return this.controls.stop();
   }
 
-  removeOutgoing(clientId) {
-    this.els.outgoing.querySelector(`[data-client-id="${CSS.escape(clientId)}"]`)?.remove();
-  }
-
-  // ---------------------------------------------------------------- controls
-
-  async stop() {
-    const active = this.activeView();
-    if (!active) return;
-    try {
-      const result = await api.cancel(active.runId);
-      if (!result.accepted && result.status !== 'duplicate') this.composer.setNote(result.message);
-    } catch (error) {
-      this.composer.setNote(`Stop failed: ${error.message}`);
-    }
-  }
-
-  async approve(view, item, option) {
-    const key = `approval:${item.approval_id}`;
-    view.markBusy(key, true);
-    view.setControlMessage(key, null);
-    view.redraw(item);
-    let keepBusy = false;
-    try {
-      const result = await api.approve(view.runId, item.approval_id, option.option_id);
-      if (result.accepted || result.status === 'duplicate') {
-        keepBusy = true; // the buttons go when approval.resolved arrives
-        view.setControlMessage(key, `Sent: ${option.name}`);
-      } else {
-        view.setControlMessage(key, result.message);
-      }
-    } catch (error) {
-      view.setControlMessage(key, error.message);
-    }
-    view.markBusy(key, keepBusy);
-    view.redraw(item);
-  }
-
-  async clarify(view, item, answer) {
-    view.clarifyFeedback(item, true, null);
-    try {
-      const result = await api.clarify(view.runId, item.clarify_id, answer);
-      if (result.accepted || result.status === 'duplicate') view.clarifyFeedback(item, true, 'Answer sent.');
-      else view.clarifyFeedback(item, false, result.message);
-    } catch (error) {
-      view.clarifyFeedback(item, false, error.message);
-    }
-  }
-
-  // Pending-intent actions; returns a note to show on the card, or null.
-  async intentAction(action, intent, extra) {
-    let note = null;
-    try {
-      let result = null;
-      if (action === 'edit') result = await api.editIntent(intent.id, { version: intent.version, text: extra.text });
-      else if (action === 'up' || action === 'down') result = await api.editIntent(intent.id, { version: intent.version, position: extra.position });
-      else if (action === 'delete') result = await api.deleteIntent(intent.id, intent.version);
-      else if (action === 'steer') result = await api.steerIntent(intent.id, this.activeView()?.runId);
-      else if (action === 'stop-and-send') result = await api.stopAndSend(intent.id, this.activeView()?.runId);
-      if (result && !['accepted', 'duplicate'].includes(result.status)) note = result.message;
-    } catch (error) {
-      // A 409 carries the item as it is now; the list below is re-read either way.
-      note = error.message;
-    }
-    try {
-      this.intents.setIntents(await api.intents(this.sessionId));
-    } catch {
-      // The socket's next session message brings the list.
-    }
-    return note;
+  intentAction(action, intent, extra) {
+    return this.controls.intentAction(action, intent, extra);
   }
 }

@@ -1,11 +1,17 @@
 // Projects and their sessions: search, rename, archive and restore, delete, new session,
-// import the agent's sessions, new project, edit, archive and restore a project; workflows:
-// launch, new, edit, delete. All through the API (projects/api.py).
+// import the agent's sessions, archive and restore a project; workflows: delete, and the forms
+// (new project, project settings, new and edited workflow, launch: manage.js) opened from here.
+// Every session's live state as badges. All through the API (projects/api.py).
 
 import { api, ApiError } from './api.js';
 import { archivedProjects, archivedSessions, isArchived, setProjectStatus, setSessionStatus } from './archive.js';
-import { h, uuid } from './dom.js';
+import { alertDialog, confirmDialog } from './dialogs.js';
+import { h } from './dom.js';
 import { importDialog } from './import.js';
+import { editProjectDialog, launchDialog, newProjectDialog, workflowDialog } from './manage.js';
+
+// main.js and fork.js import the alert from here, where it was first written.
+export { alertDialog };
 
 export function sessionTitle(session) {
   return session.title || `Untitled session ${session.id}`;
@@ -74,7 +80,7 @@ export class Sidebar {
       if (this.query) this.loadAll();
       this.render();
     });
-    root.querySelector('[data-role=new-project]').addEventListener('click', () => this.newProjectDialog());
+    root.querySelector('[data-role=new-project]').addEventListener('click', () => newProjectDialog());
     this.render();
   }
 
@@ -190,7 +196,7 @@ export class Sidebar {
         h('button', { type: 'button', class: 'disclosure', 'aria-expanded': String(open), 'aria-label': `Show sessions of ${project.name}`, text: open ? '▾' : '▸', onclick: toggle }),
         h('a', { class: 'project-name', href: `/projects/${project.id}/`, text: project.name }),
         open ? null : this.projectBadges(project),
-        h('button', { type: 'button', class: 'icon', 'data-role': 'edit-project', title: 'Project settings', 'aria-label': `Edit project ${project.name}`, text: '⚙', onclick: () => this.editProjectDialog(project) }),
+        h('button', { type: 'button', class: 'icon', 'data-role': 'edit-project', title: 'Project settings', 'aria-label': `Edit project ${project.name}`, text: '⚙', onclick: () => this.editProject(project) }),
         archived
           ? h('button', { type: 'button', class: 'btn small', 'data-role': 'restore-project', 'aria-label': `Restore project ${project.name}`, text: 'Restore', onclick: () => this.setProjectArchived(project, false) })
           : h('button', { type: 'button', class: 'btn small', 'data-role': 'new-session', title: 'New session', text: '+ New', onclick: () => this.newSession(project) }),
@@ -211,7 +217,7 @@ export class Sidebar {
               'div',
               { class: 'section-head' },
               h('div', { class: 'section-label', id: `workflows-${project.id}`, text: 'Workflows' }),
-              h('button', { type: 'button', class: 'btn link small', 'data-role': 'new-workflow', text: 'New workflow', onclick: () => this.workflowDialog(project, null) }),
+              h('button', { type: 'button', class: 'btn link small', 'data-role': 'new-workflow', text: 'New workflow', onclick: () => this.editWorkflow(project, null) }),
             ),
             h(
               'ul',
@@ -221,9 +227,9 @@ export class Sidebar {
                   'li',
                   { class: 'workflow', dataset: { workflowId: String(w.id) } },
                   h('span', { class: 'workflow-name', text: w.name, title: w.description || w.prompt_template }),
-                  h('button', { type: 'button', class: 'icon', 'data-role': 'edit-workflow', title: 'Edit', 'aria-label': `Edit workflow ${w.name}`, text: '✎', onclick: () => this.workflowDialog(project, w) }),
+                  h('button', { type: 'button', class: 'icon', 'data-role': 'edit-workflow', title: 'Edit', 'aria-label': `Edit workflow ${w.name}`, text: '✎', onclick: () => this.editWorkflow(project, w) }),
                   h('button', { type: 'button', class: 'icon', 'data-role': 'delete-workflow', title: 'Delete', 'aria-label': `Delete workflow ${w.name}`, text: '✕', onclick: () => this.deleteWorkflow(project, w) }),
-                  archived ? null : h('button', { type: 'button', class: 'btn small', 'data-role': 'launch', text: 'Launch', onclick: () => this.launchDialog(w) }),
+                  archived ? null : h('button', { type: 'button', class: 'btn small', 'data-role': 'launch', text: 'Launch', onclick: () => launchDialog(w) }),
                 ),
               ),
             ),
@@ -379,165 +385,33 @@ export class Sidebar {
     else this.render();
   }
 
-  launchDialog(workflow) {
-    const fields = (workflow.variables || []).map((name) =>
-      h('label', { class: 'field' }, h('span', { text: name }), h('textarea', { name, rows: 2, required: true })),
-    );
-    const error = h('div', { class: 'form-error', role: 'alert' });
-    const clientId = uuid();
-    const dialog = formDialog(`Launch “${workflow.name}”`, [workflow.description ? h('p', { class: 'muted', text: workflow.description }) : null, ...fields, error], 'Launch', async (form) => {
-      const variables = {};
-      for (const name of workflow.variables || []) variables[name] = form.elements.namedItem(name).value;
-      try {
-        const result = await api.launchWorkflow(workflow.id, { variables, client_id: clientId });
-        const run = await api.run(result.run_id);
-        location.assign(`/sessions/${run.session_id}/`);
-        return true;
-      } catch (err) {
-        error.textContent = err.message;
-        return false;
-      }
-    });
-    dialog.showModal();
-  }
+  // ---------------------------------------------------------------- managing (the forms: manage.js)
 
-  // ---------------------------------------------------------------- managing
-
-  editProjectDialog(project) {
-    const error = h('div', { class: 'form-error', role: 'alert' });
+  editProject(project) {
     // No endpoint lists the operator's agents: the ones the user's projects use are offered.
     const agents = [...new Set([...this.projects.map((p) => p.agent), 'demo', 'hermes'])];
-    const dialog = formDialog(
-      `Project “${project.name}”`,
-      [
-        h('label', { class: 'field' }, h('span', { text: 'Name' }), h('input', { name: 'name', required: true, maxlength: '200', value: project.name })),
-        h(
-          'label',
-          { class: 'field' },
-          h('span', { text: 'Agent (configured by the operator)' }),
-          h('input', { name: 'agent', required: true, maxlength: '100', value: project.agent, list: `agents-${project.id}`, autocomplete: 'off' }),
-          h('datalist', { id: `agents-${project.id}` }, agents.map((a) => h('option', { value: a }))),
-        ),
-        h(
-          'label',
-          { class: 'field' },
-          h('span', { text: 'While the agent is running, new messages' }),
-          h(
-            'select',
-            { name: 'running_default' },
-            h('option', { value: 'queue', text: 'Queue by default', selected: project.running_default === 'queue' }),
-            h('option', { value: 'steer', text: 'Steer by default', selected: project.running_default === 'steer' }),
-          ),
-        ),
-        h('p', { class: 'hint muted', text: `Directory: ${project.path}` }),
-        error,
-        h(
-          'div',
-          { class: 'dialog-aside' },
-          h('p', {
-            class: 'hint muted',
-            text: isArchived(project)
-              ? 'This project is archived: it is listed under Archived projects and its sessions take no new messages.'
-              : 'Archiving hides the project from the list; its sessions stay readable and take no new messages until it is restored.',
-          }),
-          h('button', {
-            type: 'button',
-            class: 'btn small',
-            'data-role': isArchived(project) ? 'restore-project' : 'archive-project',
-            text: isArchived(project) ? 'Restore project' : 'Archive project',
-            onclick: () => {
-              dialog.close();
-              this.setProjectArchived(project, !isArchived(project));
-            },
-          }),
-        ),
-      ],
-      'Save',
-      async (form) => {
-        const body = {};
-        for (const name of ['name', 'agent', 'running_default']) {
-          const value = form.elements.namedItem(name).value.trim();
-          if (value !== project[name]) body[name] = value;
-        }
-        if (!Object.keys(body).length) return true;
-        try {
-          const updated = await api.updateProject(project.id, body);
-          this.projects = this.projects.map((p) => (p.id === updated.id ? updated : p));
-          this.render();
-          document.dispatchEvent(new CustomEvent('hermesweb:project-updated', { detail: updated }));
-          return true;
-        } catch (err) {
-          error.textContent = err.message;
-          return false;
-        }
+    editProjectDialog(project, {
+      agents,
+      onSaved: (updated) => {
+        this.projects = this.projects.map((p) => (p.id === updated.id ? updated : p));
+        this.render();
       },
-    );
-    dialog.showModal();
+      onToggleArchived: () => this.setProjectArchived(project, !isArchived(project)),
+    });
   }
 
-  // `workflow` null: a new one. The template's {fields} are listed as they are typed;
-  // the server's answer (`variables`) is what Launch asks for.
-  workflowDialog(project, workflow) {
-    const error = h('div', { class: 'form-error', role: 'alert' });
-    const fieldsNote = h('div', { class: 'hint', role: 'status', 'aria-live': 'polite' });
-    const template = h('textarea', {
-      name: 'prompt_template',
-      rows: 6,
-      required: true,
-      value: workflow?.prompt_template ?? '',
-      'aria-describedby': `template-fields-${project.id}`,
-      oninput: () => showFields(),
-    });
-    fieldsNote.id = `template-fields-${project.id}`;
-    template.id = `template-${project.id}`;
-    const showFields = () => {
-      const parsed = templateFields(template.value);
-      fieldsNote.textContent = parsed.error
-        ? parsed.error
-        : parsed.fields.length
-          ? `Fields asked at launch: ${parsed.fields.join(', ')}`
-          : 'No fields: {name} in the text becomes a field; {{ and }} are literal braces.';
-      fieldsNote.classList.toggle('form-error', !!parsed.error);
-    };
-    showFields();
-    const dialog = formDialog(
-      workflow ? `Workflow “${workflow.name}”` : `New workflow in ${project.name}`,
-      [
-        h('label', { class: 'field' }, h('span', { text: 'Name' }), h('input', { name: 'name', required: true, maxlength: '200', value: workflow?.name ?? '' })),
-        h('label', { class: 'field' }, h('span', { text: 'Description' }), h('input', { name: 'description', value: workflow?.description ?? '' })),
-        h('div', { class: 'field' }, h('label', { for: `template-${project.id}`, text: 'Prompt template' }), template, fieldsNote),
-        h(
-          'div',
-          { class: 'field-row' },
-          h('label', { class: 'field' }, h('span', { text: 'Mode (optional)' }), h('input', { name: 'agent_mode', maxlength: '100', value: workflow?.agent_mode ?? '' })),
-          h('label', { class: 'field' }, h('span', { text: 'Model (optional)' }), h('input', { name: 'agent_model', maxlength: '200', value: workflow?.agent_model ?? '' })),
-        ),
-        error,
-      ],
-      workflow ? 'Save' : 'Create',
-      async (form) => {
-        const body = {};
-        for (const name of ['name', 'description', 'prompt_template', 'agent_mode', 'agent_model']) {
-          body[name] = form.elements.namedItem(name).value;
-        }
-        body.name = body.name.trim();
-        try {
-          const saved = workflow ? await api.updateWorkflow(workflow.id, body) : await api.createWorkflow(project.id, body);
-          const list = (this.workflows.get(project.id) || []).filter((w) => w.id !== saved.id);
-          const index = (this.workflows.get(project.id) || []).findIndex((w) => w.id === saved.id);
-          if (index === -1) list.push(saved);
-          else list.splice(index, 0, saved);
-          this.workflows.set(project.id, list);
-          this.render();
-          return true;
-        } catch (err) {
-          error.textContent = err.message;
-          return false;
-        }
+  // `workflow` null: a new one, added at the end of the list; an edited one keeps its place.
+  editWorkflow(project, workflow) {
+    workflowDialog(project, workflow, {
+      onSaved: (saved) => {
+        const list = (this.workflows.get(project.id) || []).filter((w) => w.id !== saved.id);
+        const index = (this.workflows.get(project.id) || []).findIndex((w) => w.id === saved.id);
+        if (index === -1) list.push(saved);
+        else list.splice(index, 0, saved);
+        this.workflows.set(project.id, list);
+        this.render();
       },
-    );
-    dialog.classList.add('wide');
-    dialog.showModal();
+    });
   }
 
   async deleteWorkflow(project, workflow) {
@@ -552,109 +426,4 @@ export class Sidebar {
     this.workflows.set(project.id, (this.workflows.get(project.id) || []).filter((w) => w.id !== workflow.id));
     this.render();
   }
-
-  newProjectDialog() {
-    const error = h('div', { class: 'form-error', role: 'alert' });
-    const dialog = formDialog(
-      'New project',
-      [
-        h('label', { class: 'field' }, h('span', { text: 'Name' }), h('input', { name: 'name', required: true, maxlength: '200' })),
-        h('label', { class: 'field' }, h('span', { text: 'Directory (absolute path inside an allowed root)' }), h('input', { name: 'path', required: true })),
-        h(
-          'label',
-          { class: 'field' },
-          h('span', { text: 'While the agent is running, new messages' }),
-          h('select', { name: 'running_default' }, h('option', { value: 'queue', text: 'Queue by default' }), h('option', { value: 'steer', text: 'Steer by default' })),
-        ),
-        error,
-      ],
-      'Create',
-      async (form) => {
-        const body = {
-          name: form.elements.namedItem('name').value,
-          path: form.elements.namedItem('path').value,
-          running_default: form.elements.namedItem('running_default').value,
-        };
-        try {
-          const project = await api.createProject(body);
-          location.assign(`/projects/${project.id}/`);
-          return true;
-        } catch (err) {
-          error.textContent = err.message;
-          return false;
-        }
-      },
-    );
-    dialog.showModal();
-  }
-}
-
-// The {fields} of a prompt template, as Python's string.Formatter reads them (the server's
-// Workflow.variables): {{ and }} are literal braces; a field name ends at ! or :.
-export function templateFields(text) {
-  const fields = [];
-  let i = 0;
-  while (i < text.length) {
-    const c = text[i];
-    if (c === '{' && text[i + 1] === '{') i += 2;
-    else if (c === '}' && text[i + 1] === '}') i += 2;
-    else if (c === '}') return { fields, error: 'A single } must be written }}.' };
-    else if (c === '{') {
-      const end = text.indexOf('}', i + 1);
-      if (end === -1) return { fields, error: 'A { is not closed (write {{ for a literal brace).' };
-      const name = text.slice(i + 1, end).split(/[!:]/)[0];
-      if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) return { fields, error: `{${name}}: a field is a plain name (letters, digits, _).` };
-      if (!fields.includes(name)) fields.push(name);
-      i = end + 1;
-    } else i++;
-  }
-  return { fields, error: null };
-}
-
-// ---------------------------------------------------------------- dialogs
-
-let dialogs = 0;
-
-function formDialog(title, body, submitLabel, onSubmit) {
-  const titleId = `dialog-title-${++dialogs}`;
-  const dialog = h('dialog', { class: 'dialog', 'aria-labelledby': titleId });
-  const form = h(
-    'form',
-    { method: 'dialog' },
-    h('h2', { id: titleId, text: title }),
-    body,
-    h('div', { class: 'dialog-actions' }, h('button', { type: 'button', class: 'btn', value: 'cancel', text: 'Cancel', onclick: () => dialog.close() }), h('button', { type: 'submit', class: 'btn primary', text: submitLabel })),
-  );
-  form.addEventListener('submit', async (event) => {
-    event.preventDefault();
-    const button = form.querySelector('button[type=submit]');
-    for (const error of form.querySelectorAll('.form-error')) error.textContent = '';
-    button.disabled = true;
-    const done = await onSubmit(form);
-    button.disabled = false;
-    if (done) dialog.close();
-  });
-  dialog.append(form);
-  dialog.addEventListener('close', () => dialog.remove());
-  document.body.append(dialog);
-  return dialog;
-}
-
-export function confirmDialog(message, confirmLabel = 'OK') {
-  return new Promise((resolve) => {
-    let answer = false;
-    const dialog = formDialog('Are you sure?', [h('p', { text: message })], confirmLabel, async () => {
-      answer = true;
-      return true;
-    });
-    dialog.querySelector('button[type=submit]').classList.add('danger');
-    dialog.addEventListener('close', () => resolve(answer));
-    dialog.showModal();
-  });
-}
-
-export function alertDialog(message) {
-  const dialog = formDialog('Something went wrong', [h('p', { text: message })], 'OK', async () => true);
-  dialog.querySelector('button[value=cancel]').remove();
-  dialog.showModal();
 }
