@@ -7,13 +7,14 @@ it and let the user retry.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from collections.abc import Iterable
+from typing import Annotated
 
 from django.http import HttpRequest
 from ninja import Body, Query, Router
 
 from hermesweb.auth import get_visible
-from hermesweb.errors import ApiError
+from hermesweb.errors import MAX_ID, ApiError
 from intents import services
 from intents.models import PendingIntent
 from intents.schemas import (
@@ -21,6 +22,7 @@ from intents.schemas import (
     IntentActionIn,
     IntentDeleteIn,
     IntentOut,
+    IntentPageOut,
     IntentPatch,
     IntentPreviewOut,
     IntentResultOut,
@@ -39,18 +41,63 @@ def result_out(result: services.IntentResult) -> IntentResultOut:
     return IntentResultOut(status=result.status, message=result.message, intent=intent)
 
 
-@router.get("/sessions/{id}/intents", response=list[IntentPreviewOut])
-def list_intents(request: HttpRequest, id: int, include_closed: bool = False) -> list[dict[str, Any]]:
-    """The session's open intents in queue order; `?include_closed=true` adds the settled ones too.
+# A page of the session's whole intent history (include_closed): settled intents pile up without
+# bound, while the open queue is capped at submit (HERMESWEB_MAX_QUEUED_INTENTS) and comes whole.
+INTENTS_PAGE = 100
+INTENTS_PAGE_MAX = 500
 
-    Each text is a preview, as in the socket's snapshot: the browser re-reads the list after
-    every submit and action, and a queue of long messages would go out whole each time.
+
+def previews(intents: Iterable[PendingIntent]) -> list[IntentPreviewOut]:
+    """Intents as lists send them: each text cut as the socket's snapshot cuts it."""
+    return [IntentPreviewOut.model_validate(intent_preview(i, INTENT_PREVIEW_CHARS)) for i in intents]
+
+
+def open_previews(session: Session) -> list[IntentPreviewOut]:
+    """The session's open intents in queue order, as previews (this list and the transcript's)."""
+    return previews(PendingIntent.objects.filter(session=session).open().order_by("position", "id"))
+
+
+@router.get("/sessions/{id}/intents", response=IntentPageOut)
+def list_intents(
+    request: HttpRequest,
+    id: int,
+    include_closed: bool = False,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_ID, description="With `include_closed`: only intents after this id.")
+    ] = None,
+    limit: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=INTENTS_PAGE_MAX,
+            description=f"With `include_closed`: page size (default {INTENTS_PAGE}).",
+        ),
+    ] = None,
+) -> IntentPageOut:
+    """The session's open intents, the whole queue in queue order (`has_more` false).
+
+    `?include_closed=true` lists every intent, the settled ones too, oldest first (by id), a page
+    at a time: `limit` of them (default 100, at most 500) after the id `after`; `has_more` says
+    more follow (ask again with `after=<after>`). 422 `validation_error` for a `limit` or `after`
+    out of range; 422 `include_closed_required` for `after` or `limit` on the open queue, which
+    is never paged. Each text is a preview, as in the socket's snapshot: the browser re-reads
+    the list after every submit and action, and a queue of long messages would go out whole each time.
     """
     session = get_visible(Session.objects, request.auth, id, "session")
-    intents = PendingIntent.objects.filter(session=session)
     if not include_closed:
-        intents = intents.open()
-    return [intent_preview(intent, INTENT_PREVIEW_CHARS) for intent in intents.order_by("position", "id")]
+        if after is not None or limit is not None:
+            raise ApiError(
+                422,
+                "include_closed_required",
+                "`after` and `limit` page only the `include_closed=true` list.",
+            )
+        return IntentPageOut(intents=open_previews(session), has_more=False, after=None)
+    limit = limit or INTENTS_PAGE
+    # One more than the page says whether another page follows.
+    page = list(PendingIntent.objects.filter(session=session, pk__gt=after or 0).order_by("pk")[: limit + 1])
+    has_more = len(page) > limit
+    page = page[:limit]
+    return IntentPageOut(intents=previews(page), has_more=has_more, after=page[-1].pk if has_more else None)
 
 
 @router.get("/intents/{id}", response=IntentOut)

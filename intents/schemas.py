@@ -45,6 +45,17 @@ class IntentPreviewOut(IntentOut):
     truncated: bool = Field(description="Whether `text` is only the beginning of the text.")
 
 
+class IntentPageOut(Schema):
+    """GET /sessions/{id}/intents: the open queue whole, or (`include_closed`) a page of every intent."""
+
+    intents: list[IntentPreviewOut]
+    has_more: bool = Field(
+        description="More intents follow this page (only with `include_closed`): "
+        "ask again with `after=<after>`."
+    )
+    after: int | None = Field(description="The next page's cursor (this page's last id) when `has_more`.")
+
+
 class IntentPatch(Schema):
     version: Version = Field(description="The version you last saw; a stale one is a 409 conflict.")
     # Blank text is a validation error: withdraw the item with DELETE instead.

@@ -17,7 +17,7 @@ from ninja import File, Header, Path, Query, Router, Status, UploadedFile
 
 from hermesweb.auth import get_visible
 from hermesweb.errors import MAX_ID, ApiError, ErrorOut, not_found
-from intents.models import PendingIntent
+from intents.api import open_previews
 from projects.models import Project, Session
 from projects.schemas import SessionOut
 from runs import attachments, controls, discovery, export, fork, journal, search
@@ -165,7 +165,6 @@ def transcript(
         )
         for run, state, complete in page.turns
     ]
-    intents = PendingIntent.objects.filter(session=session).open().order_by("position", "id")
     active = Run.objects.filter(session=session).active().values_list("pk", flat=True).first()
     return TranscriptOut(
         session_id=session.pk,
@@ -175,7 +174,7 @@ def transcript(
         turns=turns,
         has_more=page.has_more,
         before=page.turns[0].run.pk if page.has_more and page.turns else None,
-        intents=list(intents),
+        intents=open_previews(session),
     )
 
 

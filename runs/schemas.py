@@ -9,7 +9,7 @@ from ninja import Field, Schema
 from pydantic import StringConstraints
 
 from hermesweb.errors import MAX_ID
-from intents.schemas import BodyInt, IntentOut
+from intents.schemas import BodyInt, IntentPreviewOut
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MessageText = Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
@@ -166,7 +166,10 @@ class TranscriptOut(Schema):
     turns: list[TurnOut] = Field(description="One page of turns, oldest first: the newest unless `before`.")
     has_more: bool = Field(False, description="Older turns exist: ask again with `before=<before>`.")
     before: int | None = Field(None, description="The cursor for the next older page (its first run id).")
-    intents: list[IntentOut] = Field(description="The session's open intents (waiting or stopping).")
+    intents: list[IntentPreviewOut] = Field(
+        description="The session's open intents (waiting or stopping), in queue order, each text a preview "
+        "as GET /sessions/{id}/intents sends it: the whole text is at GET /intents/{id}."
+    )
 
 
 # ---------------------------------------------------------------- session discovery (agent jobs)

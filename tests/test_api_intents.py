@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
+from intents.api import INTENTS_PAGE, INTENTS_PAGE_MAX
 from intents.models import IntentKind, IntentState, PendingIntent
 from runs.live.reads import INTENT_PREVIEW_CHARS, session_snapshot
 from runs.models import Control, ControlKind, Run, RunStatus
@@ -28,11 +31,13 @@ def test_it_lists_the_sessions_open_intents_in_queue_order(api: Client, session:
     first = PendingIntentFactory(session=session, position=0, text="first")
     gone = PendingIntentFactory(session=session, position=2, state=IntentState.DELETED)
 
-    open_ids = [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents").json()]
-    all_ids = [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents?include_closed=true").json()]
+    open_ids = [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents").json()["intents"]]
+    everything = api.get(f"/api/sessions/{session.pk}/intents?include_closed=true").json()
 
     assert open_ids == [first.pk, second.pk]
-    assert all_ids == [first.pk, second.pk, gone.pk]
+    # The history comes in creation order: a cursor on positions would skip items that move.
+    assert [i["id"] for i in everything["intents"]] == [second.pk, first.pk, gone.pk]
+    assert (everything["has_more"], everything["after"]) == (False, None)
 
 
 FIELDS = {
@@ -51,7 +56,7 @@ def test_an_intent_is_serialised_with_every_field(api: Client, session: Any) -> 
 
 def test_a_listed_intent_has_every_field_and_says_how_long_its_text_is(api: Client, session: Any) -> None:
     intent = PendingIntentFactory(session=session, text="Then run the tests.")
-    body = api.get(f"/api/sessions/{session.pk}/intents").json()[0]
+    body = api.get(f"/api/sessions/{session.pk}/intents").json()["intents"][0]
 
     assert set(body) == FIELDS | {"text_length", "truncated"}
     assert (body["id"], body["text"], body["text_length"], body["truncated"]) == (
@@ -68,7 +73,7 @@ def test_the_list_sends_a_preview_of_a_long_text_and_the_intent_has_it_whole(
     text = "é" * 5_000 + "the end"
     intent = PendingIntentFactory(session=session, text=text)
 
-    listed = api.get(f"/api/sessions/{session.pk}/intents").json()[0]
+    listed = api.get(f"/api/sessions/{session.pk}/intents").json()["intents"][0]
     whole = api.get(f"/api/intents/{intent.pk}").json()
 
     # The same preview as the socket's snapshot: one rule for both.
@@ -78,6 +83,80 @@ def test_the_list_sends_a_preview_of_a_long_text_and_the_intent_has_it_whole(
     assert listed["text"] == text[:INTENT_PREVIEW_CHARS]
     assert (listed["truncated"], listed["text_length"]) == (True, len(text))
     assert whole["text"] == text
+
+
+def test_the_transcript_sends_the_same_previews_as_the_intents_list(api: Client, session: Any) -> None:
+    long = PendingIntentFactory(session=session, text="ü" * 50_000 + "the end")
+    short = PendingIntentFactory(session=session, text="short")
+
+    transcript = api.get(f"/api/sessions/{session.pk}/transcript").json()["intents"]
+    listed = api.get(f"/api/sessions/{session.pk}/intents").json()["intents"]
+
+    assert transcript == listed
+    assert [i["id"] for i in transcript] == [long.pk, short.pk]
+    assert transcript[0]["text"] == long.text[:INTENT_PREVIEW_CHARS]
+    assert (transcript[0]["truncated"], transcript[0]["text_length"]) == (True, len(long.text))
+    assert (transcript[1]["text"], transcript[1]["truncated"]) == ("short", False)
+
+
+def settled_intents(session: Any, count: int) -> list[int]:
+    PendingIntent.objects.bulk_create(
+        PendingIntent(session=session, client_id=f"old-{n}", text=f"old {n}", state=IntentState.DISPATCHED)
+        for n in range(count)
+    )
+    return list(PendingIntent.objects.filter(session=session).order_by("pk").values_list("pk", flat=True))
+
+
+def test_the_whole_history_comes_a_bounded_page_at_a_time(api: Client, session: Any) -> None:
+    ids = settled_intents(session, INTENTS_PAGE + 3)
+    url = f"/api/sessions/{session.pk}/intents"
+
+    with CaptureQueriesContext(connection) as queries:
+        first = api.get(url, {"include_closed": "true"}).json()
+    # The database hands over a page, not the history.
+    assert any(f"LIMIT {INTENTS_PAGE + 1}" in q["sql"] for q in queries.captured_queries)
+    rest = api.get(url, {"include_closed": "true", "after": first["after"]}).json()
+    small = api.get(url, {"include_closed": "true", "limit": 2, "after": ids[0]}).json()
+
+    assert [i["id"] for i in first["intents"]] == ids[:INTENTS_PAGE]
+    assert (first["has_more"], first["after"]) == (True, ids[INTENTS_PAGE - 1])
+    assert [i["id"] for i in rest["intents"]] == ids[INTENTS_PAGE:]
+    assert (rest["has_more"], rest["after"]) == (False, None)
+    assert [i["id"] for i in small["intents"]] == ids[1:3] and small["after"] == ids[2]
+
+
+def test_the_open_queue_comes_whole_however_long_it_is(api: Client, session: Any) -> None:
+    settled_intents(session, 3)
+    waiting = [PendingIntentFactory(session=session).pk for _ in range(INTENTS_PAGE + 5)]
+
+    body = api.get(f"/api/sessions/{session.pk}/intents").json()
+
+    assert [i["id"] for i in body["intents"]] == waiting
+    assert (body["has_more"], body["after"]) == (False, None)
+
+
+@pytest.mark.parametrize(
+    ("query", "code", "field"),
+    [
+        ({"include_closed": "true", "limit": 0}, "validation_error", "limit"),
+        ({"include_closed": "true", "limit": INTENTS_PAGE_MAX + 1}, "validation_error", "limit"),
+        ({"include_closed": "true", "limit": "ten"}, "validation_error", "limit"),
+        ({"include_closed": "true", "after": -1}, "validation_error", "after"),
+        ({"include_closed": "true", "after": 2**63}, "validation_error", "after"),
+        ({"limit": 10}, "include_closed_required", None),
+        ({"after": 1}, "include_closed_required", None),
+    ],
+)
+def test_a_bad_page_of_intents_is_a_422_saying_why(
+    api: Client, session: Any, query: dict[str, Any], code: str, field: str | None
+) -> None:
+    response = api.get(f"/api/sessions/{session.pk}/intents", query)
+
+    assert response.status_code == 422, response.content
+    body = response.json()
+    assert body["code"] == code
+    if field:
+        assert [d["field"] for d in body["details"]] == [field]
 
 
 def test_another_users_intent_is_not_found(session: Any, other_user: Any) -> None:
@@ -124,7 +203,7 @@ def test_it_moves_an_intent(api: Client, session: Any, busy: Run) -> None:
     response = api.patch(f"/api/intents/{b.pk}", {"version": 1, "position": 0}, content_type=JSON)
 
     assert response.json()["intent"]["position"] == 0
-    assert [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents").json()] == [b.pk, a.pk]
+    assert [i["id"] for i in api.get(f"/api/sessions/{session.pk}/intents").json()["intents"]] == [b.pk, a.pk]
 
 
 @pytest.mark.parametrize(

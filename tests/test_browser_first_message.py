@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from projects.models import Session
+from runs import attachments
 from runs.models import Attachment, Run
 from tests import factories
 from tests.support.browser import (  # noqa: F401 - fixtures
@@ -72,7 +73,7 @@ def test_the_first_message_from_a_project_page_carries_its_attachments(
     thumbnail = composer_chip(page, "dot.png").get_by_role("img", name="dot.png")
     thumbnail.wait_for()
     assert thumbnail.evaluate("img => img.complete && img.naturalWidth") == 24
-    assert composer_chip(page, "notes.txt").get_attribute("data-state") == "pending"
+    composer_chip(page, "notes.txt").and_(page.locator("[data-state='pending']")).wait_for()
     assert not Session.objects.filter(project=project).exists()  # nothing created until Send
     workbench.screenshot(page, "first-message-attachments")
 
@@ -97,25 +98,32 @@ def test_the_first_message_from_a_project_page_carries_its_attachments(
     assert Run.objects.filter(session=session).count() == 1
 
 
-def test_a_file_that_cannot_go_up_keeps_the_first_message_and_a_retry_reuses_the_session(
+def refused_dialog(page: Any) -> str:
+    dialog = page.get_by_role("dialog")
+    dialog.wait_for()
+    said = dialog.inner_text()
+    dialog.get_by_role("button", name="OK").click()
+    return said
+
+
+def test_a_file_of_a_refused_type_stops_the_first_message_before_any_session_exists(
     workbench: Workbench, project: Any, files: dict[str, Path]
 ) -> None:
     page = workbench.new_page()
     open_project(page, project)
     attach(page, files["notes.txt"], files["blob.bin"])
+    # Said at once, on the file, before anything is sent.
+    refused = composer_chip(page, "blob.bin")
+    page.locator(".composer-attachments .attachment[data-state='error']").wait_for()
+    assert "UTF-8 text" in refused.inner_text()
+    composer_chip(page, "notes.txt").and_(page.locator("[data-state='pending']")).wait_for()
 
     send_first(page, "read the notes")
-    dialog = page.get_by_role("dialog")
-    dialog.wait_for()
-    assert "blob.bin" in dialog.inner_text()
-    dialog.get_by_role("button", name="OK").click()
-    # Still on the project's page, the message and the files kept; the refused file says why.
+    assert "blob.bin" in refused_dialog(page)
+    # Still on the project's page, the message and the files kept, and no session in the sidebar.
     assert page.locator(".composer textarea").input_value() == "read the notes"
-    refused = composer_chip(page, "blob.bin")
-    assert refused.get_attribute("data-state") == "error"
-    assert "UTF-8 text" in refused.inner_text()
-    assert composer_chip(page, "notes.txt").get_attribute("data-state") == "ready"
-    assert not Run.objects.exists()
+    assert composer_chip(page, "notes.txt").get_attribute("data-state") == "pending"
+    assert not Session.objects.filter(project=project).exists()
     workbench.screenshot(page, "first-message-attachment-refused")
 
     refused.get_by_role("button", name="Remove blob.bin").click()
@@ -123,10 +131,118 @@ def test_a_file_that_cannot_go_up_keeps_the_first_message_and_a_retry_reuses_the
     page.wait_for_url("**/sessions/*/")
     settled = wait_settled(page, 1)
 
-    session = Session.objects.get(project=project)  # the first attempt's session, not a second one
+    session = Session.objects.get(project=project)
     run = Run.objects.get(session=session)
     assert [a["name"] for a in run.attachments] == ["notes.txt"]
     assert settled.locator(".attachments .attachment").count() == 1
+
+
+def test_a_file_the_server_refuses_keeps_the_first_message_and_a_retry_reuses_the_session(
+    workbench: Workbench, project: Any, files: dict[str, Path]
+) -> None:
+    page = workbench.new_page()
+    # What only the server knows (its size limit, whether the agent takes images) refuses the upload.
+    too_large = '{"code": "attachment_too_large", "message": "An attachment may hold at most 4 bytes."}'
+    upload = "**/api/sessions/*/attachments"
+    page.route(
+        upload, lambda route: route.fulfill(status=413, body=too_large, content_type="application/json")
+    )
+    open_project(page, project)
+    attach(page, files["notes.txt"])
+    composer_chip(page, "notes.txt").and_(page.locator("[data-state='pending']")).wait_for()
+
+    send_first(page, "read the notes")
+    assert "notes.txt" in refused_dialog(page)
+    assert page.locator(".composer textarea").input_value() == "read the notes"
+    assert composer_chip(page, "notes.txt").get_attribute("data-state") == "error"
+    first = Session.objects.get(project=project)  # created before the upload was refused
+
+    page.unroute(upload)
+    page.locator(".composer textarea").press("Enter")
+    page.wait_for_url(f"**/sessions/{first.pk}/")
+    wait_settled(page, 1)
+
+    assert list(Session.objects.filter(project=project)) == [first]  # reused, not a second one
+    run = Run.objects.get(session=first)
+    assert [a["name"] for a in run.attachments] == ["notes.txt"]
+
+
+def test_a_first_session_deleted_meanwhile_is_not_reused(
+    workbench: Workbench, project: Any, files: dict[str, Path]
+) -> None:
+    page = workbench.new_page()
+    too_large = '{"code": "attachment_too_large", "message": "An attachment may hold at most 4 bytes."}'
+    upload = "**/api/sessions/*/attachments"
+    page.route(
+        upload, lambda route: route.fulfill(status=413, body=too_large, content_type="application/json")
+    )
+    open_project(page, project)
+    attach(page, files["notes.txt"])
+    send_first(page, "read the notes")
+    refused_dialog(page)
+    Session.objects.filter(project=project).delete()  # from another tab, say
+    page.unroute(upload)
+
+    page.locator(".composer textarea").press("Enter")
+    assert "notes.txt" in refused_dialog(page)  # the deleted session takes no file
+    page.locator(".composer textarea").press("Enter")
+    page.wait_for_url("**/sessions/*/")
+    wait_settled(page, 1)
+
+    session = Session.objects.get(project=project)
+    assert [a["name"] for a in Run.objects.get(session=session).attachments] == ["notes.txt"]
+
+
+# Files at the edges of the type rule: the page's check must answer as the server does.
+SAMPLES = {
+    "image.png": DOT,
+    "photo.jpg": b"\xff\xd8\xff\xe0" + b"\x00" * 32,
+    "old.gif": b"GIF87a" + b"\x00" * 16,
+    "new.gif": b"GIF89a" + b"\x00" * 16,
+    "pic.webp": b"RIFF\x10\x00\x00\x00WEBPVP8 " + b"\x00" * 16,
+    "riff.wav": b"RIFF\x10\x00\x00\x00WAVEfmt " + b"\x00" * 16,
+    "plain.txt": b"plain text\n",
+    "bom.txt": b"\xef\xbb\xbfwith a byte order mark",
+    "accents.md": "déjà vu, ünïcödé, 漢字, 🙂".encode(),
+    "nul.txt": b"text with a \x00 inside",
+    "latin1.txt": "café".encode("latin-1"),
+    "cut.txt": "ends mid-character: é".encode()[:-1],
+    "surrogate.txt": b"\xed\xa0\x80",
+    "overlong.txt": b"\xc0\xaf",
+    "beyond.txt": b"\xf4\x90\x80\x80",
+    "late.txt": b"a" * (1 << 20) + "é".encode() + b"\xff",
+    "split.txt": b"a" * ((1 << 20) - 1) + "é".encode(),
+    "empty.txt": b"",
+    "blob.bin": b"\x00\x01binary\x00",
+}
+
+
+def test_the_pages_file_check_answers_as_the_servers_type_rule(
+    workbench: Workbench, project: Any, tmp_path: Path, user: Any
+) -> None:
+    session = factories.SessionFactory(project=project)
+    server: dict[str, str] = {}
+    for name, data in SAMPLES.items():
+        try:
+            attachments.do_upload_attachment(user, session.pk, attachments.Upload(name, [data], len(data)))
+            server[name] = "pending"
+        except attachments.AttachmentRefused as exc:
+            assert exc.code == "unsupported_attachment"
+            server[name] = "error"
+        (tmp_path / name).write_bytes(data)
+
+    page = workbench.new_page()
+    open_project(page, project)
+    page.locator(".composer [data-role=file-input]").set_input_files([str(tmp_path / n) for n in SAMPLES])
+    page.wait_for_function(
+        "count => [...document.querySelectorAll('.composer-attachments .attachment')]"
+        ".filter(chip => chip.dataset.state !== 'checking').length === count",
+        arg=len(SAMPLES),
+    )
+    checked = {name: composer_chip(page, name).get_attribute("data-state") for name in SAMPLES}
+
+    assert checked == server
+    assert "error" in server.values() and "pending" in server.values()
 
 
 @pytest.mark.parametrize("look", ["dark", "phone"])

@@ -56,7 +56,9 @@ def test_a_long_queued_message_is_listed_as_a_preview_and_edited_whole(
     assert "The end." not in card.locator(".intent-text").inner_text()
     # Every list the browser read (after the submit) carried the preview, not the text.
     assert lists, "the browser never read the intents list"
-    assert all(len(i["text"]) <= INTENT_PREVIEW_CHARS for response in lists for i in response.json())
+    assert all(
+        len(i["text"]) <= INTENT_PREVIEW_CHARS for response in lists for i in response.json()["intents"]
+    )
 
     card.get_by_role("button", name="Edit").click()
     editor = page.locator(".intent-card textarea.intent-edit")
@@ -71,3 +73,44 @@ def test_a_long_queued_message_is_listed_as_a_preview_and_edited_whole(
     release(session.project.path)
     wait_settled(page, 2)
     assert turn(page).locator(".user-text").inner_text().endswith("The new end.")
+
+
+def test_a_long_queued_message_read_from_the_transcript_is_a_preview_and_edited_whole(
+    workbench: Workbench, session: Any
+) -> None:
+    whole = "Queued and read back after a reload. " * 1_360 + "The end."
+    assert len(whole) >= 50_000
+    page = workbench.new_page()
+    open_session(page, session.pk)
+    send(page, "hold")
+    page.wait_for_function(
+        "() => document.querySelector('article.turn')?.textContent.includes('Held chunk 1.')"
+    )
+    send(page, whole)
+    page.locator(".intent-card[data-kind='queue']").wait_for()
+
+    # A reload draws the queue from the transcript's `intents`, which carry the preview.
+    with page.expect_response(lambda r: f"/sessions/{session.pk}/transcript" in r.url) as answer:
+        page.reload()
+    transcript = answer.value.json()
+    [listed] = transcript["intents"]
+    assert (listed["text"], listed["text_length"], listed["truncated"]) == (
+        whole[:INTENT_PREVIEW_CHARS],
+        len(whole),
+        True,
+    )
+    card = page.locator(".intent-card[data-kind='queue']")
+    card.locator(".intent-text", has_text=f"({len(whole):,} characters)").wait_for()
+    assert "The end." not in card.locator(".intent-text").inner_text()
+
+    card.get_by_role("button", name="Edit").click()
+    editor = page.locator(".intent-card textarea.intent-edit")
+    editor.wait_for()
+    assert editor.input_value() == whole
+
+    # Withdrawn, so the test does not wait for the demo agent's answer to 50,000 characters.
+    editor.press("Escape")
+    card.get_by_role("button", name="Delete").click()
+    card.wait_for(state="detached")
+    release(session.project.path)
+    wait_settled(page, 1)

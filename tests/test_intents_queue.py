@@ -155,8 +155,8 @@ def test_two_tabs_editing_one_item_the_stale_edit_gets_conflict_with_the_current
     other_tab = Client()
     other_tab.force_login(user)
     url = f"/api/intents/{item.pk}"
-    seen = other_tab.get(f"/api/sessions/{session.pk}/intents").json()[0]["version"]
-    assert api.get(f"/api/sessions/{session.pk}/intents").json()[0]["version"] == seen
+    seen = other_tab.get(f"/api/sessions/{session.pk}/intents").json()["intents"][0]["version"]
+    assert api.get(f"/api/sessions/{session.pk}/intents").json()["intents"][0]["version"] == seen
 
     first = api.patch(url, {"version": seen, "text": "from tab one"}, content_type=JSON)
     second = other_tab.patch(url, {"version": seen, "text": "from tab two"}, content_type=JSON)

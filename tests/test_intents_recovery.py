@@ -303,7 +303,9 @@ def test_invariant_8_a_delivered_steer_is_not_represented_as_an_editable_queue_i
     current = wait_intent(steer, state=IntentState.DELIVERED)
 
     assert steer.pk not in open_ids(view(api, session))
-    settled_list = api.get(f"/api/sessions/{session.pk}/intents", {"include_closed": "true"}).json()
+    settled_list = api.get(f"/api/sessions/{session.pk}/intents", {"include_closed": "true"}).json()[
+        "intents"
+    ]
     assert [(i["id"], i["kind"], i["state"]) for i in settled_list] == [
         (steer.pk, IntentKind.STEER, IntentState.DELIVERED)
     ]

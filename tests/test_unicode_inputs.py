@@ -262,7 +262,7 @@ ROUND_TRIPS = {
             {"client_id": "rtl", "text": RTL, "mode": "queue"},
             content_type="application/json",
         ),
-        lambda c, o: c.get(f"/api/sessions/{o['sessions']}/intents").json()[-1]["text"],
+        lambda c, o: c.get(f"/api/sessions/{o['sessions']}/intents").json()["intents"][-1]["text"],
     ),
     "edited intent": RoundTrip(
         lambda c, o: c.patch(
@@ -270,7 +270,7 @@ ROUND_TRIPS = {
             {"version": o["intent_version"], "text": RTL},
             content_type="application/json",
         ),
-        lambda c, o: c.get(f"/api/sessions/{o['sessions']}/intents").json()[0]["text"],
+        lambda c, o: c.get(f"/api/sessions/{o['sessions']}/intents").json()["intents"][0]["text"],
     ),
 }
 

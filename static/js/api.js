@@ -97,7 +97,8 @@ export const api = {
   approve: (runId, approvalId, optionId) =>
     request('POST', `/runs/${runId}/approvals/${enc(approvalId)}`, { option_id: optionId }),
   clarify: (runId, clarifyId, answer) => request('POST', `/runs/${runId}/clarifications/${enc(clarifyId)}`, { answer }),
-  intents: (sessionId) => request('GET', `/sessions/${sessionId}/intents`),
+  // The open queue, whole (the answer's `intents`; it is paged only with include_closed).
+  intents: (sessionId) => request('GET', `/sessions/${sessionId}/intents`).then((page) => page.intents),
   // One intent with its whole text: lists and the socket's snapshot carry previews (docs/intents.md).
   intent: (id) => request('GET', `/intents/${id}`),
   editIntent: (id, body) => request('PATCH', `/intents/${id}`, body),

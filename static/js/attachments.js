@@ -25,6 +25,38 @@ function badge(name) {
 
 const isImage = (mime) => typeof mime === 'string' && mime.startsWith('image/');
 
+// The server's type rule (runs/attachments.py): an image by its first bytes (PNG, JPEG, GIF,
+// WebP), else UTF-8 text without NUL, never empty. On a project's page the files are checked by it
+// before the first message creates a session, so a refused file leaves no empty session behind.
+const UNSUPPORTED = 'Only images (PNG, JPEG, GIF, WebP) and UTF-8 text files can be attached.';
+const bytesOf = (text) => Uint8Array.from(text, (c) => c.charCodeAt(0));
+const IMAGE_MAGIC = ['\x89PNG\r\n\x1a\n', '\xff\xd8\xff', 'GIF87a', 'GIF89a'].map(bytesOf);
+const RIFF = bytesOf('RIFF');
+const WEBP = bytesOf('WEBP');
+const startsWith = (bytes, magic, at = 0) => magic.every((byte, i) => bytes[at + i] === byte);
+const CHECK_CHUNK = 1 << 20;
+
+// Why the server would refuse `file` for its content, or null when it takes it (size aside: the
+// limit is the server's; a file too large is refused at upload).
+export async function refusal(file) {
+  if (!file.size) return UNSUPPORTED;
+  const head = new Uint8Array(await file.slice(0, 16).arrayBuffer());
+  if (IMAGE_MAGIC.some((magic) => startsWith(head, magic)) || (startsWith(head, RIFF) && startsWith(head, WEBP, 8))) return null;
+  const decoder = new TextDecoder('utf-8', { fatal: true });
+  try {
+    // A slice at a time: a large file is not read into memory whole.
+    for (let at = 0; at < file.size; at += CHECK_CHUNK) {
+      const bytes = new Uint8Array(await file.slice(at, at + CHECK_CHUNK).arrayBuffer());
+      if (bytes.includes(0)) return UNSUPPORTED;
+      decoder.decode(bytes, { stream: true });
+    }
+    decoder.decode();
+  } catch {
+    return UNSUPPORTED;
+  }
+  return null;
+}
+
 async function upload(sessionId, file) {
   const form = new FormData();
   form.append('file', file, file.name || 'pasted.png');
@@ -117,14 +149,21 @@ export class AttachmentTray {
     this.onChange();
   }
 
+  // Before a session is created for them: rejects naming the first file the server would refuse.
+  async check() {
+    await Promise.all(this.items.map((item) => item.checked));
+    const refused = this.items.find((item) => item.refused);
+    if (refused) throw new Error(`${refused.attachment.name}: ${refused.message}`);
+  }
+
   // Upload what waits (and what failed before) to the session just created; resolves with every
-  // uploaded attachment, or rejects naming the first file that could not go up.
+  // uploaded attachment, or rejects naming the first file that could not go up (its `code` too).
   async uploadTo(sessionId) {
     this.enable(sessionId);
-    const waiting = this.items.filter((item) => item.file && (item.state === 'pending' || item.state === 'error'));
+    const waiting = this.items.filter((item) => item.file && !item.refused && (item.state === 'pending' || item.state === 'error'));
     await Promise.all(waiting.map((item) => this.start(item)));
     const failed = this.items.find((item) => item.state === 'error');
-    if (failed) throw new Error(`${failed.attachment.name}: ${failed.message}`);
+    if (failed) throw Object.assign(new Error(`${failed.attachment.name}: ${failed.message}`), { code: failed.code });
     return this.ready();
   }
 
@@ -149,8 +188,18 @@ export class AttachmentTray {
         attachment: { name: file.name || 'pasted image', mime_type: file.type, size: file.size },
       };
       this.items.push(item);
-      if (this.sessionId !== null) this.start(item);
-      else if (isImage(file.type)) previewLocally(item, () => this.render());
+      if (this.sessionId !== null) {
+        this.start(item);
+        continue;
+      }
+      if (isImage(file.type)) previewLocally(item, () => this.render());
+      item.state = 'checking';
+      item.checked = refusal(file).then((message) => {
+        item.state = message ? 'error' : 'pending';
+        item.message = message || '';
+        item.refused = !!message;
+        this.render();
+      });
     }
     this.render();
   }
@@ -172,6 +221,7 @@ export class AttachmentTray {
       (error) => {
         item.state = 'error';
         item.message = error.message || 'upload failed';
+        item.code = error.code;
         this.render();
       },
     );

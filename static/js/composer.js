@@ -63,6 +63,11 @@ export class Composer {
     this.tray.defer();
   }
 
+  // Before the first message creates a session: rejects naming a file the server would refuse.
+  checkAttachments() {
+    return this.tray.check();
+  }
+
   // That session now exists: the files go up to it; resolves with what the message names.
   uploadAttachments(sessionId) {
     return this.tray.uploadTo(sessionId);

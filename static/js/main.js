@@ -145,21 +145,29 @@ installKeyMap({
   jump: (direction) => controller?.jump(direction) ?? false,
 });
 
-// The first message's session once created: sending again after a failed upload reuses it.
+// The first message's session once created: sending again after a failed upload reuses it (one
+// the server still refuses, say an image this agent does not take, or the network failed).
 let started = null;
 
 async function startSession(text) {
   askPermissionOnce();
   composer.setDisabled('Starting a session…');
+  let creating = false;
   try {
+    // A file the server would refuse for its type stops the message before any session exists.
+    await composer.checkAttachments();
+    creating = !started;
     started ??= await api.createSession(data.project.id);
+    creating = false;
     // Files attached on this page go up to the new session first: the message names them.
     const attachments = await composer.uploadAttachments(started.id);
     outbox.add({ client_id: uuid(), session_id: started.id, text, mode: 'auto', attachments, created_at: Date.now() });
     location.assign(`/sessions/${started.id}/`);
   } catch (error) {
+    // Deleted meanwhile (from another tab): the next send starts a new session.
+    if (error.code === 'not_found') started = null;
     composer.setDisabled(null);
     composer.restore(text);
-    alertDialog(started ? `Could not attach a file: ${error.message}` : `Could not start a session: ${error.message}`);
+    alertDialog(creating ? `Could not start a session: ${error.message}` : `Could not attach a file: ${error.message}`);
   }
 }

@@ -177,7 +177,7 @@ def view(api: Client, session: Session) -> dict[str, Any]:
     assert transcript.status_code == 200, transcript.content
     assert intents.status_code == 200, intents.content
     body = transcript.json()
-    assert [i["id"] for i in body["intents"]] == [i["id"] for i in intents.json()]
+    assert [i["id"] for i in body["intents"]] == [i["id"] for i in intents.json()["intents"]]
     return body
 
 
