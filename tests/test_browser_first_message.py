@@ -137,16 +137,22 @@ def test_a_file_of_a_refused_type_stops_the_first_message_before_any_session_exi
     assert settled.locator(".attachments .attachment").count() == 1
 
 
-def test_a_file_the_server_refuses_keeps_the_first_message_and_a_retry_reuses_the_session(
-    workbench: Workbench, project: Any, files: dict[str, Path]
-) -> None:
-    page = workbench.new_page()
-    # What only the server knows (its size limit, whether the agent takes images) refuses the upload.
+def refuse_uploads(page: Any) -> str:
+    """Every upload answered 413, as only the server can (its size limit, whether the agent takes
+    images); the route's pattern, to unroute."""
     too_large = '{"code": "attachment_too_large", "message": "An attachment may hold at most 4 bytes."}'
     upload = "**/api/sessions/*/attachments"
     page.route(
         upload, lambda route: route.fulfill(status=413, body=too_large, content_type="application/json")
     )
+    return upload
+
+
+def test_a_file_the_server_refuses_keeps_the_first_message_and_a_retry_reuses_the_session(
+    workbench: Workbench, project: Any, files: dict[str, Path]
+) -> None:
+    page = workbench.new_page()
+    upload = refuse_uploads(page)
     open_project(page, project)
     attach(page, files["notes.txt"])
     composer_chip(page, "notes.txt").and_(page.locator("[data-state='pending']")).wait_for()
@@ -171,11 +177,7 @@ def test_a_first_session_deleted_meanwhile_is_not_reused(
     workbench: Workbench, project: Any, files: dict[str, Path]
 ) -> None:
     page = workbench.new_page()
-    too_large = '{"code": "attachment_too_large", "message": "An attachment may hold at most 4 bytes."}'
-    upload = "**/api/sessions/*/attachments"
-    page.route(
-        upload, lambda route: route.fulfill(status=413, body=too_large, content_type="application/json")
-    )
+    upload = refuse_uploads(page)
     open_project(page, project)
     attach(page, files["notes.txt"])
     send_first(page, "read the notes")
