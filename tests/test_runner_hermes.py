@@ -65,6 +65,26 @@ def test_hermes_streams_an_answer_through_the_runner(
     assert final["usage_final"] is not None
 
 
+def test_hermes_second_turn_usage_is_its_own_not_the_sessions_running_total(
+    runner: Proc, session: Any, scripted_llm: ScriptedLLM
+) -> None:
+    # Hermes reports the session's running total; the runner reads the previous turn's at the turn's end.
+    scripted_llm.enqueue(text("The first answer.", chunks=2))
+    first = run_of(submit(session, "First question"))
+    wait_status(first, RunStatus.COMPLETED, timeout=60, log=runner.log)
+    scripted_llm.enqueue(text("The second answer, somewhat longer than the first.", chunks=2))
+    second = run_of(submit(session, "Second question"))
+    wait_status(second, RunStatus.COMPLETED, timeout=60, log=runner.log)
+    first.refresh_from_db()
+    second.refresh_from_db()
+
+    before, after = first.usage["session_total"], second.usage["session_total"]
+    numeric = [k for k, v in after.items() if isinstance(v, int) and isinstance(before.get(k), int)]
+    assert numeric and any(after[k] > before[k] for k in numeric)
+    for key in numeric:
+        assert second.usage[key] == after[key] - before[key], key
+
+
 @pytest.mark.parametrize(("option", "deleted"), [("allow_once", True), ("deny", False)])
 def test_a_dangerous_hermes_command_waits_for_approval_and_obeys_it(
     runner: Proc, session: Any, scripted_llm: ScriptedLLM, option: str, deleted: bool
