@@ -85,6 +85,8 @@ def _page(request: HttpRequest, project: Project | None, session: Session | None
         "sessions": _sessions_of(project) if project else [],
         "workflows": [_dump(WorkflowOut, w) for w in project.workflows.all()] if project else [],
         "session": _dump(SessionOut, session) if session else None,
+        # The composer refuses a larger file before uploading it (or creating a session for it).
+        "attachment_max_bytes": settings.HERMESWEB_ATTACHMENT_MAX_BYTES,
     }
     title = (session.title if session else "") or (project.name if project else "")
     context = {
@@ -165,11 +167,12 @@ def render_state(run: Run, state: dict[str, Any]) -> SafeString:
 
 def _fragment_response(turns: Iterable[PagedTurn]) -> HttpResponse:
     # A turn too large for a page of its own stays in the browser's plain text: it is marked so.
+    too_large = '<section class="turn-fragment" data-run="{}" data-too-large></section>'
     body = "".join(
-        render_state(run, state)
-        if complete
-        else format_html('<section class="turn-fragment" data-run="{}" data-too-large></section>', run.pk)
-        for run, state, complete in turns
+        render_state(turn.run, turn.state)
+        if turn.complete and not turn.items_from
+        else format_html(too_large, turn.run.pk)
+        for turn in turns
     )
     response = HttpResponse(body, content_type="text/html; charset=utf-8")
     response.headers["Cache-Control"] = "private, no-cache"

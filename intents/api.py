@@ -7,7 +7,6 @@ it and let the user retry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Annotated
 
 from django.http import HttpRequest
@@ -17,6 +16,7 @@ from hermesweb.auth import get_visible
 from hermesweb.errors import MAX_ID, ApiError
 from intents import services
 from intents.models import PendingIntent
+from intents.previews import open_previews, previews
 from intents.schemas import (
     MAX_INT,
     IntentActionIn,
@@ -24,12 +24,10 @@ from intents.schemas import (
     IntentOut,
     IntentPageOut,
     IntentPatch,
-    IntentPreviewOut,
     IntentResultOut,
 )
 from projects.models import Session
 from runs import controls
-from runs.live.reads import INTENT_PREVIEW_CHARS, intent_preview
 
 router = Router(tags=["intents"])
 
@@ -45,16 +43,6 @@ def result_out(result: services.IntentResult) -> IntentResultOut:
 # bound, while the open queue is capped at submit (HERMESWEB_MAX_QUEUED_INTENTS) and comes whole.
 INTENTS_PAGE = 100
 INTENTS_PAGE_MAX = 500
-
-
-def previews(intents: Iterable[PendingIntent]) -> list[IntentPreviewOut]:
-    """Intents as lists send them: each text cut as the socket's snapshot cuts it."""
-    return [IntentPreviewOut.model_validate(intent_preview(i, INTENT_PREVIEW_CHARS)) for i in intents]
-
-
-def open_previews(session: Session) -> list[IntentPreviewOut]:
-    """The session's open intents in queue order, as previews (this list and the transcript's)."""
-    return previews(PendingIntent.objects.filter(session=session).open().order_by("position", "id"))
 
 
 @router.get("/sessions/{id}/intents", response=IntentPageOut)

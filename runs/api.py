@@ -17,7 +17,7 @@ from ninja import File, Header, Path, Query, Router, Status, UploadedFile
 
 from hermesweb.auth import get_visible
 from hermesweb.errors import MAX_ID, ApiError, ErrorOut, not_found
-from intents.api import open_previews
+from intents.previews import open_previews
 from projects.models import Project, Session
 from projects.schemas import SessionOut
 from runs import attachments, controls, discovery, export, fork, journal, search
@@ -35,6 +35,7 @@ from runs.schemas import (
     JobError,
     JobOut,
     MessageIn,
+    RunItemsOut,
     RunStatusOut,
     SearchHitOut,
     SearchPageOut,
@@ -114,6 +115,28 @@ def fork_session(request: HttpRequest, id: int) -> Status[Session]:
     return Status(201, forked)
 
 
+def turn_out(turn: transcript_pages.PagedTurn) -> TurnOut:
+    run = turn.run
+    return TurnOut(
+        run_id=run.pk,
+        client_id=run.client_id,
+        status=run.status,
+        source=run.source,
+        source_meta=run.source_meta,
+        prompt_text=run.prompt_text,
+        attachments=run.attachments,
+        last_seq=run.last_seq,
+        error=run.error or None,
+        usage=run.usage,
+        created_at=run.created_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        state=transcript_pages.page_state(turn.state),
+        complete=turn.complete,
+        items_from=turn.items_from,
+    )
+
+
 @router.get("/sessions/{id}/transcript", response=TranscriptOut, tags=["sessions"])
 def transcript(
     request: HttpRequest,
@@ -145,26 +168,7 @@ def transcript(
         limit=limit,
         budget=settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES,
     )
-    turns = [
-        TurnOut(
-            run_id=run.pk,
-            client_id=run.client_id,
-            status=run.status,
-            source=run.source,
-            source_meta=run.source_meta,
-            prompt_text=run.prompt_text,
-            attachments=run.attachments,
-            last_seq=run.last_seq,
-            error=run.error or None,
-            usage=run.usage,
-            created_at=run.created_at,
-            started_at=run.started_at,
-            finished_at=run.finished_at,
-            state=transcript_pages.page_state(state),
-            complete=complete,
-        )
-        for run, state, complete in page.turns
-    ]
+    turns = [turn_out(turn) for turn in page.turns]
     active = Run.objects.filter(session=session).active().values_list("pk", flat=True).first()
     return TranscriptOut(
         session_id=session.pk,
@@ -228,6 +232,24 @@ def run_events(
         f'"terminal":{_json_bool(page.terminal)},"has_more":{_json_bool(page.has_more)}}}'
     )
     return HttpResponse(body, content_type="application/json")
+
+
+@router.get("/runs/{id}/items", response={200: RunItemsOut, 409: ErrorOut}, tags=["runs"])
+def run_items(
+    request: HttpRequest,
+    id: int,
+    before: Annotated[int, Query(ge=1, le=MAX_ID, description="Items before this index (`items_from`).")],
+) -> RunItemsOut:
+    """A finished run's items before `before`, the nearest ones within the transcript's page
+    budget (at least one): a turn that came from its end (`items_from`), read back a page at a time.
+
+    409 `run_not_finished` while the run goes on (its items are still changing: read its events).
+    """
+    run = get_visible(Run.objects, request.auth, id, "run")
+    if not run.is_terminal:
+        raise ApiError(409, "run_not_finished", "The run is still going on: read its events instead.")
+    page = transcript_pages.items_before(run, before, settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES)
+    return RunItemsOut(run_id=run.pk, items=page.items, items_from=page.items_from, last_seq=run.last_seq)
 
 
 def _json_bool(value: bool) -> str:

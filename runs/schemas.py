@@ -156,6 +156,20 @@ class TurnOut(Schema):
         description="False when `state` stops at `state.last_seq` to bound the page: read the rest "
         "from GET /runs/{id}/events?after_seq=<state.last_seq> (or the socket, from that cursor).",
     )
+    items_from: int = Field(
+        0,
+        description="A finished run larger than the page comes from its end: this many of its first "
+        "items are left out of `state.items` (read them from GET /runs/{id}/items?before=<items_from>).",
+    )
+
+
+class RunItemsOut(Schema):
+    """A finished run's items before an index, a bounded page of them (a turn come from its end)."""
+
+    run_id: int
+    items: list[dict[str, Any]] = Field(description="The run's items `items_from` to `before` - 1, in order.")
+    items_from: int = Field(description="The index of the first item here; 0: there are none before it.")
+    last_seq: int
 
 
 class TranscriptOut(Schema):

@@ -241,6 +241,9 @@ class PagedTurn(NamedTuple):
     # False: `state` stops at state["last_seq"] to keep the page bounded; the rest of the run is
     # in its journal (GET /api/runs/{id}/events, or the socket from that cursor).
     complete: bool
+    # A finished run larger than the page comes from its end: its first `items_from` items are
+    # left out of `state` (`items_before` reads them, a page at a time).
+    items_from: int = 0
 
 
 class TurnsPage(NamedTuple):
@@ -273,16 +276,17 @@ def page_turns(
             return TurnsPage(turns, True)
         # The cut state is kept only for the page's first run, and only when asked for.
         keep_cut = cut_states and not turns and not skip_oversized
-        state, used, complete = _materialize_within(run, budget - spent - cost, keep_cut=keep_cut)
-        if not complete and turns:
+        fold = fold_for_page(run, budget - spent - cost, keep_cut=keep_cut)
+        if not fold.complete and turns:
             return TurnsPage(turns, True)
-        if not complete and skip_oversized:
+        if not fold.complete and skip_oversized:
             turns.append(PagedTurn(run, empty_state(), False))
             continue
-        turns.append(PagedTurn(run, state, complete))
-        if not complete:  # the page ends with it: runs were left out only if more were asked for
+        turns.append(PagedTurn(run, fold.state, fold.complete, fold.items_from))
+        if not fold.complete or fold.items_from:
+            # The page ends with it: runs were left out only if more were asked for.
             return TurnsPage(turns, index + 1 < len(runs))
-        spent += cost + used
+        spent += cost + fold.used
     return TurnsPage(turns, False)
 
 
@@ -292,52 +296,91 @@ def page_state(state: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in state.items() if key not in PAGE_OMITS}
 
 
-def plainly_over(run: Run, budget: int) -> bool:
-    """Whether the run's events certainly pass `budget` before the end, from one aggregate query.
+class StoredSize(NamedTuple):
+    """A run's payloads as stored: their text's length in all, and the last event's seq."""
 
-    A fold cuts a run iff its payloads pass the budget and its last event lies past the
-    compacted range (a cut never falls inside it); see `_materialize_within`.
-    """
+    chars: int
+    last_seq: int
+    compacted_through: int
+
+    def plainly_over(self, budget: int) -> bool:
+        """Whether a fold certainly passes `budget` before the end.
+
+        A fold cuts a run iff its payloads pass the budget and its last event lies past the
+        compacted range (a cut never falls inside it); see `fold_within`.
+        """
+        return self.chars > SIZE_CHECK_SLACK * budget and self.last_seq > self.compacted_through
+
+
+def stored_size(run: Run) -> StoredSize:
+    """The run's `StoredSize` from one aggregate query; nothing for a run too small to matter."""
     if run.last_seq < SIZE_CHECK_EVENTS:
-        return False
+        return StoredSize(0, 0, run.compacted_through)
     sizes = JournalEvent.objects.filter(run=run).aggregate(
         chars=Sum(Length(Cast("payload", TextField()))), last=Max("seq")
     )
-    return (sizes["chars"] or 0) > SIZE_CHECK_SLACK * budget and (sizes["last"] or 0) > run.compacted_through
+    return StoredSize(sizes["chars"] or 0, sizes["last"] or 0, run.compacted_through)
+
+
+def plainly_over(run: Run, budget: int) -> bool:
+    """Whether the run's events certainly pass `budget` before the end (`StoredSize.plainly_over`)."""
+    return stored_size(run).plainly_over(budget)
+
+
+class WholeFold(NamedTuple):
+    """A finished run's whole fold, as `fold_cache` keeps it."""
+
+    state: dict[str, Any]  # shared between pages: read it, never change it
+    used: int  # its payloads' bytes, as `fold_within` counts them against a budget
+    item_sizes: list[int]  # the JSON bytes of each of `state["items"]`
+
+
+class PageFold(NamedTuple):
+    """A run's state as one page carries it (`fold_for_page`)."""
+
+    state: dict[str, Any]
+    used: int
+    complete: bool  # False: `state` stops at its last_seq (PagedTurn.complete)
+    items_from: int  # the run's items left out before `state["items"]` (PagedTurn.items_from)
+
+
+class ItemsPage(NamedTuple):
+    items: list[dict[str, Any]]
+    items_from: int  # the index of `items[0]` in the run's items; 0: none are left before
 
 
 class FoldCache:
-    """Folds of finished runs (`_materialize_within`'s answers), least recently used out first.
+    """Whole folds of finished runs, least recently used out first, at most `limit` payload bytes.
 
     A finished run's fold never changes: its journal is append-only, and compaction, which
     rewrites its rows, moves `compacted_through` (part of the key; the fold itself is the same).
     A later event moves `last_seq`; `created_at` tells apart two runs given one id in turn (a
-    test database's rolled-back rows). Its states are shared: callers read them, never change them.
+    test database's rolled-back rows).
     """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.spent = 0
-        self.entries: OrderedDict[tuple[Any, ...], tuple[dict[str, Any], int, bool]] = OrderedDict()
+        self.entries: OrderedDict[tuple[Any, ...], WholeFold] = OrderedDict()
         self.lock = threading.Lock()
 
     @staticmethod
-    def key(run: Run, budget: int, keep_cut: bool) -> tuple[Any, ...] | None:
+    def key(run: Run) -> tuple[Any, ...] | None:
         """The key of a run's fold, or None when it is not kept (a run going on; a small one,
         which folds in milliseconds)."""
         if run.status not in TERMINAL_STATUSES or run.last_seq < SIZE_CHECK_EVENTS:
             return None
-        return (run.pk, run.created_at, run.last_seq, run.compacted_through, budget, keep_cut)
+        return (run.pk, run.created_at, run.last_seq, run.compacted_through)
 
-    def get(self, key: tuple[Any, ...]) -> tuple[dict[str, Any], int, bool] | None:
+    def get(self, key: tuple[Any, ...]) -> WholeFold | None:
         with self.lock:
             found = self.entries.get(key)
             if found is not None:
                 self.entries.move_to_end(key)
             return found
 
-    def put(self, key: tuple[Any, ...], value: tuple[dict[str, Any], int, bool]) -> None:
-        cost = max(value[1], 1)
+    def put(self, key: tuple[Any, ...], value: WholeFold) -> None:
+        cost = max(value.used, 1)
         if cost > self.limit:
             return
         with self.lock:
@@ -346,8 +389,8 @@ class FoldCache:
             self.entries[key] = value
             self.spent += cost
             while self.spent > self.limit:
-                _, (_, used, _) = self.entries.popitem(last=False)
-                self.spent -= max(used, 1)
+                _, dropped = self.entries.popitem(last=False)
+                self.spent -= max(dropped.used, 1)
 
     def clear(self) -> None:
         with self.lock:
@@ -358,25 +401,105 @@ class FoldCache:
 fold_cache = FoldCache(FOLD_CACHE_BYTES)
 
 
-def _materialize_within(run: Run, budget: int, *, keep_cut: bool = True) -> tuple[dict[str, Any], int, bool]:
-    """`fold_within`, from `fold_cache` for a finished run folded before."""
-    key = FoldCache.key(run, budget, keep_cut)
-    if key is None:
-        return fold_within(run, budget, keep_cut=keep_cut)
-    found = fold_cache.get(key)
+def whole_fold(run: Run) -> WholeFold:
+    """A run's whole fold with its items' sizes, from `fold_cache` for a finished run folded before."""
+    key = FoldCache.key(run)
+    found = fold_cache.get(key) if key is not None else None
     if found is None:
-        found = fold_within(run, budget, keep_cut=keep_cut)
-        fold_cache.put(key, found)
+        state, used, _ = fold_within(run, budget=None)
+        found = WholeFold(state, used, [len(orjson.dumps(item)) for item in state["items"]])
+        if key is not None:
+            fold_cache.put(key, found)
     return found
 
 
-def fold_within(run: Run, budget: int, *, keep_cut: bool = True) -> tuple[dict[str, Any], int, bool]:
-    """A run's state from its events while their payloads fit `budget`: (state, bytes used, complete).
+def fold_for_page(run: Run, room: int, *, keep_cut: bool) -> PageFold:
+    """A run's state within `room` payload bytes.
+
+    A finished run that fits comes whole (`fold_within`'s answer, a long one's kept in `fold_cache`). One that
+    does not comes from its end when `keep_cut` (its last items within `room`, `tail_within`),
+    so a reader sees where it ended at once; otherwise, as a run going on does, cut at the budget.
+    """
+    if not run.is_terminal:
+        state, used, complete = fold_within(run, room, keep_cut=keep_cut)
+        return PageFold(state, used, complete, 0)
+    key = FoldCache.key(run)
+    if key is None or fold_cache.get(key) is None:
+        size = stored_size(run)
+        if not keep_cut and size.plainly_over(room):
+            return PageFold(empty_state(), 0, False, 0)  # its size says enough: it is not folded
+        if size.plainly_over(fold_cache.limit // SIZE_CHECK_SLACK):
+            # Too large to keep: folding it whole on every open would cost the run's size each time.
+            state, used, complete = fold_within(run, room, keep_cut=keep_cut)
+            return PageFold(state, used, complete, 0)
+    whole = whole_fold(run)
+    if whole.used <= room:
+        return PageFold(whole.state, whole.used, True, 0)
+    if not keep_cut:
+        return PageFold(empty_state(), 0, False, 0)
+    tail = tail_within(whole, room)
+    if tail is not None:
+        return tail
+    # An item larger than the page on its own: the run's start, read on from its journal.
+    state, used, complete = fold_within(run, room)
+    return PageFold(state, used, complete, 0)
+
+
+def tail_within(whole: WholeFold, room: int) -> PageFold | None:
+    """The run's state with only its last items within `room` bytes; None when one of its items
+    alone passes `room` (reading back a page at a time would stop there)."""
+    sizes = whole.item_sizes
+    if not sizes or max(sizes) > room:
+        return None
+    start, used = len(sizes), 0
+    while start and used + sizes[start - 1] <= room:
+        start -= 1
+        used += sizes[start]
+    return PageFold(tail_state(whole.state, start), used, True, start)
+
+
+def tail_state(state: dict[str, Any], start: int) -> dict[str, Any]:
+    """`state` from its item `start` on: its indexes (tools, approvals, ...) hold only those items,
+    its errors too, and the run's last error (the turn's banner gives it as the reason)."""
+    items = state["items"][start:]
+    errors = [item for item in items if item["kind"] == "error"]
+    if state["errors"] and not errors:
+        errors = state["errors"][-1:]
+    return {
+        **state,
+        "items": items,
+        "text": "".join(item["text"] for item in items if item["kind"] == "text"),
+        "reasoning": "".join(item["text"] for item in items if item["kind"] == "reasoning"),
+        "tools": {item["tool_call_id"]: item for item in items if item["kind"] == "tool"},
+        "approvals": {item.get("approval_id"): item for item in items if item["kind"] == "approval"},
+        "clarifications": {item.get("clarify_id"): item for item in items if item["kind"] == "clarify"},
+        "steers": [item for item in items if item["kind"] == "steer"],
+        "errors": errors,
+    }
+
+
+def items_before(run: Run, before: int, budget: int) -> ItemsPage:
+    """The run's items before index `before`, the nearest ones within `budget` bytes (at least one).
+
+    For a page come from its end (`tail_within`): its earlier items, read back a page at a time.
+    """
+    whole = whole_fold(run)
+    end = max(0, min(before, len(whole.item_sizes)))
+    start, used = end, 0
+    while start and (start == end or used + whole.item_sizes[start - 1] <= budget):
+        start -= 1
+        used += whole.item_sizes[start]
+    return ItemsPage(whole.state["items"][start:end], start)
+
+
+def fold_within(run: Run, budget: int | None, *, keep_cut: bool = True) -> tuple[dict[str, Any], int, bool]:
+    """A run's state from its events while their payloads fit `budget` (None: no bound):
+    (state, bytes used, complete).
 
     A cut never falls inside the compacted range: a cursor there could not be read on from.
     `keep_cut` False: a cut run's state is not wanted, so one plainly over comes empty, unread.
     """
-    if not keep_cut and plainly_over(run, budget):
+    if budget is not None and not keep_cut and plainly_over(run, budget):
         return empty_state(), 0, False
     fold, used = Fold(), 0
     # Rows as tuples with the payload's JSON text, parsed by orjson: model instances and the
@@ -390,7 +513,7 @@ def fold_within(run: Run, budget: int, *, keep_cut: bool = True) -> tuple[dict[s
     for seq, kind, raw, terminal in rows.iterator(chunk_size=500):
         payload = parse_payload(raw)
         size = len(orjson.dumps(payload))
-        if used + size > budget and seq > run.compacted_through:
+        if budget is not None and used + size > budget and seq > run.compacted_through:
             return fold.finish(), used, False
         fold.add({"seq": seq, "type": kind, "payload": payload, "terminal": terminal})
         used += size

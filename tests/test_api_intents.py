@@ -11,7 +11,8 @@ from django.test.utils import CaptureQueriesContext
 
 from intents.api import INTENTS_PAGE, INTENTS_PAGE_MAX
 from intents.models import IntentKind, IntentState, PendingIntent
-from runs.live.reads import INTENT_PREVIEW_CHARS, session_snapshot
+from intents.previews import INTENT_PREVIEW_CHARS
+from runs.live.reads import session_snapshot
 from runs.models import Control, ControlKind, Run, RunStatus
 from tests.factories import PendingIntentFactory, ProjectFactory, RunFactory, SessionFactory
 

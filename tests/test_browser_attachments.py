@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from runs.models import Run
 from tests import factories
 from tests.support.browser import (  # noqa: F401 - fixtures
     Workbench,
@@ -169,3 +170,63 @@ def test_attachments_screenshots_in_dark_and_on_a_phone(
     wait_thumbnail_loaded(page.locator(".composer"), "second.png")
     name = "attachments-dark" if scheme == "dark" else "attachments-phone"
     workbench.screenshot(page, name)
+
+
+def composer_note(page: Any) -> Any:
+    note = page.locator(".composer [data-role=note]")
+    note.wait_for()
+    return note
+
+
+def test_send_refuses_while_a_file_is_refused_and_keeps_the_text_and_the_other_files(
+    workbench: Workbench, session: Any
+) -> None:
+    page = workbench.new_page()
+    open_session(page, session.pk)
+    hand_over(page, "paste", "dot.png", DOT, "image/png")
+    hand_over(page, "drop", "tool.bin", b"\x00\x01binary", "application/octet-stream")
+    wait_thumbnail_loaded(page.locator(".composer"), "dot.png")
+    composer_chip(page, "tool.bin").get_by_text("Only images").wait_for()
+
+    send(page, "fast look at these")
+    # Not sent without the file the user attached, and told why; nothing typed or attached is lost.
+    note = composer_note(page)
+    assert "Not sent" in note.inner_text() and "tool.bin" in note.inner_text()
+    assert page.locator(".composer textarea").input_value() == "fast look at these"
+    assert composer_chip(page, "dot.png").get_attribute("data-state") == "ready"
+    assert page.locator(".outgoing").count() == 0
+    assert not Run.objects.filter(session=session).exists()
+    workbench.screenshot(page, "attachments-send-refused")
+
+    page.get_by_role("button", name="Remove tool.bin").click()
+    note.wait_for(state="hidden")
+    page.locator(".composer textarea").press("Enter")
+    settled = wait_settled(page, 1)
+    assert [a["name"] for a in Run.objects.get(session=session).attachments] == ["dot.png"]
+    assert settled.locator(".user-turn .attachment").count() == 1
+
+
+def test_an_upload_that_failed_on_the_way_is_retried_from_its_chip_before_sending(
+    workbench: Workbench, session: Any
+) -> None:
+    page = workbench.new_page()
+    open_session(page, session.pk)
+    upload = "**/api/sessions/*/attachments"
+    page.route(upload, lambda route: route.abort("connectionrefused"))
+    hand_over(page, "drop", "notes.txt", b"remember this\n", "text/plain")
+    chip = composer_chip(page, "notes.txt")
+    page.locator(".composer-attachments .attachment[data-state='error']").wait_for()
+
+    send(page, "fast read the notes")
+    note = composer_note(page)
+    assert "notes.txt" in note.inner_text() and "Retry" in note.inner_text()
+    assert page.locator(".composer textarea").input_value() == "fast read the notes"
+    assert not Run.objects.filter(session=session).exists()
+
+    page.unroute(upload)
+    chip.get_by_role("button", name="Retry notes.txt").click()
+    page.locator(".composer-attachments .attachment[data-state='ready']").wait_for()
+    note.wait_for(state="hidden")
+    page.locator(".composer textarea").press("Enter")
+    wait_settled(page, 1)
+    assert [a["name"] for a in Run.objects.get(session=session).attachments] == ["notes.txt"]

@@ -263,3 +263,77 @@ def test_attachments_on_a_project_page_in_dark_and_on_a_phone(
         box = composer_chip(page, name).bounding_box()
         assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width
     workbench.screenshot(page, f"first-message-attachments-{look}")
+
+
+def attachment_limit(workbench: Workbench, limit: int) -> None:
+    """daphne again, taking attachments of at most `limit` bytes (the page's data says so too)."""
+    env = workbench.env()
+    workbench.env = lambda: {**env, "HERMESWEB_ATTACHMENT_MAX_BYTES": str(limit)}  # type: ignore[method-assign]
+    assert workbench.daphne is not None
+    workbench.daphne.stop()
+    workbench.start_daphne()
+
+
+def test_a_file_over_the_size_limit_stops_the_first_message_before_any_session_exists(
+    workbench: Workbench, project: Any, tmp_path: Path
+) -> None:
+    attachment_limit(workbench, 64)
+    (tmp_path / "big.txt").write_text("x" * 65)
+    (tmp_path / "small.txt").write_text("x" * 64)
+    page = workbench.new_page()
+    open_project(page, project)
+    attach(page, tmp_path / "big.txt", tmp_path / "small.txt")
+    # Said at once, on the file, in the server's own words.
+    big = composer_chip(page, "big.txt")
+    assert big.get_attribute("data-state") == "error"
+    assert "at most 64 bytes" in big.inner_text()
+    composer_chip(page, "small.txt").and_(page.locator("[data-state='pending']")).wait_for()
+
+    send_first(page, "read the notes")
+    said = refused_dialog(page)
+    assert "big.txt" in said and "at most 64 bytes" in said
+    # Nothing lost and nothing created: the text and both files stay on the project's page.
+    assert page.locator(".composer textarea").input_value() == "read the notes"
+    assert composer_chip(page, "small.txt").get_attribute("data-state") == "pending"
+    assert not Session.objects.filter(project=project).exists()
+    workbench.screenshot(page, "first-message-attachment-too-large")
+
+    big.get_by_role("button", name="Remove big.txt").click()
+    page.locator(".composer textarea").press("Enter")
+    page.wait_for_url("**/sessions/*/")
+    wait_settled(page, 1)
+    run = Run.objects.get(session=Session.objects.get(project=project))
+    assert [a["name"] for a in run.attachments] == ["small.txt"]
+
+
+def test_the_pages_size_check_answers_as_the_servers_limit(
+    workbench: Workbench, project: Any, tmp_path: Path, user: Any, settings: Any
+) -> None:
+    limit = 64
+    settings.HERMESWEB_ATTACHMENT_MAX_BYTES = limit
+    attachment_limit(workbench, limit)
+    session = factories.SessionFactory(project=project)
+    sizes = {"under.txt": limit - 1, "at.txt": limit, "over.txt": limit + 1, "huge.txt": 10 * limit}
+    server: dict[str, str] = {}
+    for name, size in sizes.items():
+        data = b"x" * size
+        try:
+            attachments.do_upload_attachment(user, session.pk, attachments.Upload(name, [data], len(data)))
+            server[name] = "pending"
+        except attachments.AttachmentRefused as exc:
+            assert exc.code == "attachment_too_large"
+            server[name] = "error"
+        (tmp_path / name).write_bytes(data)
+
+    page = workbench.new_page()
+    open_project(page, project)
+    page.locator(".composer [data-role=file-input]").set_input_files([str(tmp_path / n) for n in sizes])
+    page.wait_for_function(
+        "count => [...document.querySelectorAll('.composer-attachments .attachment')]"
+        ".filter(chip => chip.dataset.state !== 'checking').length === count",
+        arg=len(sizes),
+    )
+    checked = {name: composer_chip(page, name).get_attribute("data-state") for name in sizes}
+
+    assert checked == server
+    assert [name for name, state in server.items() if state == "error"] == ["over.txt", "huge.txt"]

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from runs.live.reads import INTENT_PREVIEW_CHARS
+from intents.previews import INTENT_PREVIEW_CHARS
 from tests import factories
 from tests.support.browser import (  # noqa: F401 - fixtures
     Workbench,

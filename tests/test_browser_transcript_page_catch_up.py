@@ -1,6 +1,7 @@
 """A finished turn larger than a transcript page, in a real browser (issue 25, the long page).
 
-Its page comes cut (`complete` false) and the socket replays the rest, thousands of events a
+When one of its items is larger than the page on its own, its page comes from its start, cut
+(`complete` false), and the socket replays the rest, thousands of events a
 frame. The page applies them all but draws the turn when its end has come (or once a second
 until then), not on every frame of the replay: each draw lays out the whole long turn. It must
 end showing exactly the journal's text, nothing lost and nothing twice.
@@ -31,12 +32,13 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
 PAGE_BYTES = 64 * 1024
 EVENTS = 30_000
-# Draws of the turn's items in the document (mutation batches of `.items`' children; the turn's
-# first draw is made before it is attached), with the first and last one's time.
+# Draws of the turn's items in the document (mutation batches inside `.items`; the turn's first
+# draw is made before it is attached), with the first and last one's time.
 DRAWS = """
 window.__draws = { count: 0, first: null, last: null };
 new MutationObserver((records) => {
-  if (!records.some((r) => r.target.classList?.contains('items'))) return;
+  const inItems = (r) => (r.target.nodeType === 1 ? r.target : r.target.parentElement)?.closest('.items');
+  if (!records.some(inItems)) return;
   const now = performance.now();
   window.__draws.count += 1;
   window.__draws.first ??= now;
@@ -48,18 +50,18 @@ SHOWN = """() => [...document.querySelectorAll('article.turn .item-text')]
 
 
 def long_finished_run(session: Any) -> Run:
-    """A turn like the bench's (token deltas, a tool update every 20th), each delta told apart."""
+    """A turn like the bench's (token deltas, a tool update every 20th), each delta told apart, in
+    one message with no tool card between: one item larger than a page, so the page cannot come
+    from the run's end (tests/test_browser_transcript_tail.py) and comes from its start."""
     run = factories.RunFactory(
         session=session, prompt_text="Go long", status=RunStatus.RUNNING, **fixture_lease()
     )
     events = [NewEvent("run.started", {"status": "running"})]
     for i in range(EVENTS):
         if i % 20 == 19:
-            events.append(
-                NewEvent("tool.updated", {"tool_call_id": f"call-{i // 100}", "status": "in_progress"})
-            )
+            events.append(NewEvent("progress", {"text": f"step {i // 100}"}))
         else:
-            events.append(NewEvent("token.delta", {"message_id": f"msg-{i // 500}", "delta": f"w{i} "}))
+            events.append(NewEvent("token.delta", {"message_id": "msg", "delta": f"w{i} "}))
     journal.append_batch(run.pk, events, publish=False)
     finish_run(run.pk, [done_event(RunStatus.COMPLETED, stop_reason="end_turn")])
     run.refresh_from_db()

@@ -21,6 +21,7 @@ LOWER = [
     "projects/prompts.py",
     "intents/models.py",
     "intents/services.py",
+    "intents/previews.py",
     "runs/models.py",
     "runs/services.py",
     "runs/controls.py",

@@ -14,8 +14,9 @@ import pytest
 from django.test import Client
 
 from intents.models import IntentKind
+from intents.previews import INTENT_PREVIEW_CHARS
 from runs.live.protocol import session_frame
-from runs.live.reads import INTENT_PREVIEW_CHARS, SNAPSHOT_MAX_BYTES, session_snapshot
+from runs.live.reads import SNAPSHOT_MAX_BYTES, session_snapshot
 from tests import factories
 from tests.support.live import LiveStack, layer, live, session_cookie  # noqa: F401
 

@@ -1,8 +1,8 @@
 """A finished run's page fold is kept (runs/transcript.py, `fold_cache`; issue 25, the long page).
 
 The fast path must answer what the rule does: the cached state of a finished run equals a fresh
-fold of its journal (`fold_within`), whole or cut at the page's budget, and anything that moves
-the fold (a later event, compaction, another budget) is folded afresh.
+fold of its journal (`fold_within`), a page from its end is cut from it, and anything that moves
+the fold (a later event, compaction) is folded afresh.
 """
 
 from __future__ import annotations
@@ -61,16 +61,25 @@ def page(run: Run, budget: int) -> T.PagedTurn:
     return turn
 
 
-@pytest.mark.parametrize("budget", [10**9, 400], ids=["whole", "cut"])
-def test_a_finished_runs_kept_fold_equals_a_fresh_fold(session: Any, budget: int) -> None:
+def test_a_finished_runs_kept_fold_equals_a_fresh_fold(session: Any) -> None:
     run = finished(session)
 
-    first, again = page(run, budget), page(run, budget)
+    first, again = page(run, 10**9), page(run, 10**9)
 
-    fresh_state, _, fresh_complete = T.fold_within(Run.objects.get(pk=run.pk), budget)
+    fresh_state, _, fresh_complete = T.fold_within(Run.objects.get(pk=run.pk), None)
     assert again.state is first.state  # the second page read the kept fold
-    assert again.state == fresh_state and again.complete == fresh_complete
-    assert fresh_complete == (budget > 400)
+    assert again.state == fresh_state and again.complete and fresh_complete
+
+
+def test_a_page_from_the_runs_end_is_cut_from_the_kept_fold(session: Any) -> None:
+    run = finished(session)
+    whole = page(run, 10**9)
+
+    tail = page(run, 400)
+
+    assert tail.complete and tail.items_from > 0
+    assert tail.state["items"] == whole.state["items"][tail.items_from :]
+    assert len(T.fold_cache.entries) == 1  # one fold serves every budget
 
 
 def test_the_transcript_api_answers_the_fresh_fold_from_the_kept_one(api: Client, session: Any) -> None:
@@ -98,29 +107,26 @@ def test_a_run_going_on_is_folded_afresh_each_time(session: Any) -> None:
     assert state["items"][-1]["text"].endswith("more")
 
 
-def test_another_budget_or_compaction_folds_the_run_afresh(session: Any) -> None:
+def test_compaction_folds_the_run_afresh(session: Any) -> None:
     # A terminal run takes no more events (runs.journal refuses them): its rows change only by
     # compaction, which moves `compacted_through`.
     run = finished(session)
-    cut, smaller = page(run, 400), page(run, 200)
-    assert smaller.state["last_seq"] < cut.state["last_seq"]
-    assert smaller.state == T.fold_within(run, 200)[0]
+    before = page(run, 10**9)
 
     compact_run(Run.objects.get(pk=run.pk))
     compacted = Run.objects.get(pk=run.pk)
-    after = page(compacted, 400)
+    after = page(compacted, 10**9)
 
-    # A cut never falls inside the compacted range: the whole run comes, not the kept cut.
-    assert after.complete and not cut.complete
-    assert after.state == T.fold_within(compacted, 400)[0] == T.materialize(compacted.events.order_by("seq"))
+    assert after.state is not before.state and len(T.fold_cache.entries) == 2
+    assert after.state == T.fold_within(compacted, None)[0] == T.materialize(compacted.events.order_by("seq"))
 
 
 def test_the_kept_folds_stay_within_their_byte_limit() -> None:
     cache = T.FoldCache(limit=100)
     for key in range(5):
-        cache.put((key,), ({"items": []}, 40, True))
+        cache.put((key,), T.WholeFold({"items": []}, 40, []))
 
     assert list(cache.entries) == [(3,), (4,)]
     assert cache.spent == 80
-    cache.put((9,), ({"items": []}, 101, True))  # larger than the whole cache: not kept
+    cache.put((9,), T.WholeFold({"items": []}, 101, []))  # larger than the whole cache: not kept
     assert (9,) not in cache.entries

@@ -19,7 +19,7 @@ from django.db import connections
 from django.db.models import Count, Max, Q
 
 from intents.models import PendingIntent
-from intents.services import intent_dict
+from intents.previews import INTENT_PREVIEW_CHARS, intent_preview
 from projects.models import Session
 from runs import journal
 from runs.live.protocol import error_frame
@@ -44,7 +44,6 @@ def run_floor(session_id: int) -> int:
 # goes out as a preview (the full one is at GET /api/sessions/{id}/intents), and if the frame still
 # exceeds SNAPSHOT_MAX_BYTES the previews shrink, then intents are left out (docs/live-delivery.md).
 SNAPSHOT_MAX_BYTES = 512 * 1024
-INTENT_PREVIEW_CHARS = 2000
 INTENT_SHORT_PREVIEW_CHARS = 200
 
 
@@ -73,18 +72,6 @@ def session_snapshot(session_id: int) -> dict[str, Any] | None:
         "running_default": session.project.running_default,
     }
     return bound_snapshot(snapshot, intents)
-
-
-def intent_preview(intent: PendingIntent, chars: int, *, meta: bool = True) -> dict[str, Any]:
-    """intent_dict with the text cut to `chars` (`truncated`, `text_length` say so); `meta`: keep
-    attachments and source_meta."""
-    preview = intent_dict(intent)
-    preview["text_length"] = len(intent.text)
-    preview["truncated"] = len(intent.text) > chars
-    preview["text"] = intent.text[:chars]
-    if not meta:
-        preview.update(attachments=[], source_meta={}, truncated=True)
-    return preview
 
 
 def _size(snapshot: dict[str, Any]) -> int:

@@ -93,6 +93,8 @@ export const api = {
   search: (q, page = 1) => request('GET', `/search?q=${enc(q)}&page=${page}`),
   run: (id) => request('GET', `/runs/${id}`),
   runEvents: (id, afterSeq, limit = 500) => request('GET', `/runs/${id}/events?after_seq=${afterSeq}&limit=${limit}`),
+  // A finished run's items before index `before`, a bounded page (a turn that came from its end).
+  runItems: (id, before) => request('GET', `/runs/${id}/items?before=${before}`),
   cancel: (runId) => request('POST', `/runs/${runId}/cancel`),
   approve: (runId, approvalId, optionId) =>
     request('POST', `/runs/${runId}/approvals/${enc(approvalId)}`, { option_id: optionId }),

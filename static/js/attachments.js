@@ -36,8 +36,14 @@ const WEBP = bytesOf('WEBP');
 const startsWith = (bytes, magic, at = 0) => magic.every((byte, i) => bytes[at + i] === byte);
 const CHECK_CHUNK = 1 << 20;
 
-// Why the server would refuse `file` for its content, or null when it takes it (size aside: the
-// limit is the server's; a file too large is refused at upload).
+// The server's size rule (HERMESWEB_ATTACHMENT_MAX_BYTES, in the page's data), in its own words,
+// so a file too large is refused at once on either page and the same way.
+function tooLarge(file, maxBytes) {
+  return maxBytes && file.size > maxBytes ? `An attachment may hold at most ${maxBytes} bytes.` : null;
+}
+
+// Why the server would refuse `file` for its content, or null when it takes it (size aside:
+// `tooLarge` says that).
 export async function refusal(file) {
   if (!file.size) return UNSUPPORTED;
   const head = new Uint8Array(await file.slice(0, 16).arrayBuffer());
@@ -84,8 +90,11 @@ async function upload(sessionId, file) {
   return data;
 }
 
+// What the server may take if asked again: its upload failed on the way, not by a rule.
+const retryable = (error) => error instanceof NetworkError || (error instanceof ApiError && (error.status >= 500 || error.status === 429));
+
 // One attachment as a chip: a thumbnail (images) or a file badge, its name and size.
-function chip(attachment, { src, remove, state = 'ready', message = '' } = {}) {
+function chip(attachment, { src, remove, retry, state = 'ready', message = '' } = {}) {
   const name = attachment.name || 'attachment';
   const image = isImage(attachment.mime_type);
   // The thumbnail is the uploaded file itself (owner-only URL): none until the upload is done.
@@ -108,6 +117,7 @@ function chip(attachment, { src, remove, state = 'ready', message = '' } = {}) {
     'li',
     { class: 'attachment', dataset: { state, kind: image ? 'image' : 'file', ...(attachment.id ? { attachmentId: String(attachment.id) } : {}) } },
     body,
+    retry ? h('button', { type: 'button', class: 'attachment-remove attachment-retry', 'aria-label': `Retry ${name}`, title: `Upload ${name} again`, text: '↻', onclick: retry }) : null,
     remove ? h('button', { type: 'button', class: 'attachment-remove', 'aria-label': `Remove ${name}`, title: `Remove ${name}`, text: '×', onclick: remove }) : null,
   );
 }
@@ -125,9 +135,11 @@ export function renderAttachmentList(attachments) {
 
 // The composer's pending attachments: upload on add, remove before send, hand ids to the message.
 export class AttachmentTray {
-  constructor(listEl, { onChange } = {}) {
+  // `maxBytes`: the server's size limit (null: unknown, the upload says).
+  constructor(listEl, { onChange, maxBytes = null } = {}) {
     this.listEl = listEl;
     this.onChange = onChange || (() => {});
+    this.maxBytes = maxBytes;
     this.sessionId = null;
     this.deferred = false;
     this.items = [];
@@ -167,6 +179,12 @@ export class AttachmentTray {
     return this.ready();
   }
 
+  // The files a message sent now would leave out: their chips say why. None on a project's page,
+  // where Send uploads again or refuses (`check`, `uploadTo`).
+  failed() {
+    return this.deferred ? [] : this.items.filter((item) => item.state === 'error');
+  }
+
   // Uploads still running: the message waits for them.
   get busy() {
     return this.items.some((item) => item.state === 'uploading');
@@ -188,6 +206,11 @@ export class AttachmentTray {
         attachment: { name: file.name || 'pasted image', mime_type: file.type, size: file.size },
       };
       this.items.push(item);
+      const large = tooLarge(file, this.maxBytes);
+      if (large) {
+        Object.assign(item, { state: 'error', message: large, refused: true });
+        continue;
+      }
       if (this.sessionId !== null) {
         this.start(item);
         continue;
@@ -208,6 +231,7 @@ export class AttachmentTray {
   start(item) {
     item.state = 'uploading';
     item.message = '';
+    item.retryable = false;
     this.render();
     return upload(this.sessionId, item.file).then(
       (attachment) => {
@@ -222,6 +246,7 @@ export class AttachmentTray {
         item.state = 'error';
         item.message = error.message || 'upload failed';
         item.code = error.code;
+        item.retryable = retryable(error);
         this.render();
       },
     );
@@ -252,7 +277,13 @@ export class AttachmentTray {
     this.listEl.hidden = !this.items.length;
     this.listEl.replaceChildren(
       ...this.items.map((item) =>
-        chip(item.attachment, { src: item.src, state: item.state, message: item.message, remove: () => this.remove(item.key) }),
+        chip(item.attachment, {
+          src: item.src,
+          state: item.state,
+          message: item.message,
+          remove: () => this.remove(item.key),
+          retry: item.state === 'error' && item.retryable && item.file ? () => this.start(item) : null,
+        }),
       ),
     );
     this.onChange();

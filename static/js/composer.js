@@ -8,7 +8,8 @@ import { AttachmentTray, filesOf } from './attachments.js';
 import { h } from './dom.js';
 
 export class Composer {
-  constructor(root, { onSend, onStop }) {
+  // `maxBytes`: the server's attachment size limit (the page's data).
+  constructor(root, { onSend, onStop, maxBytes = null }) {
     this.root = root;
     this.onSend = onSend;
     this.onStop = onStop;
@@ -21,8 +22,7 @@ export class Composer {
     this.paletteItems = [];
     this.disabledReason = null;
     this.lock = null;
-    this.narrow = window.matchMedia('(max-width: 800px)');
-    this.narrow.addEventListener('change', () => this.render());
+    this.failedNote = false;
 
     this.textarea = root.querySelector('textarea');
     this.sendButton = root.querySelector('[data-role=send]');
@@ -36,7 +36,9 @@ export class Composer {
     this.lockButton = root.querySelector('[data-role=lock-action]');
     this.lockButton.addEventListener('click', () => this.unlock());
     this.modeButtons = [...this.modeBox.querySelectorAll('button[data-mode]')];
-    this.setUpAttachments();
+    this.setUpAttachments(maxBytes);
+    // The hint follows the box's width (a phone's is too narrow for the desktop's hint).
+    new ResizeObserver(() => this.renderHint()).observe(this.textarea);
 
     this.textarea.addEventListener('keydown', (event) => this.onKey(event));
     this.textarea.addEventListener('input', () => {
@@ -73,10 +75,13 @@ export class Composer {
     return this.tray.uploadTo(sessionId);
   }
 
-  setUpAttachments() {
+  setUpAttachments(maxBytes) {
     this.attachButton = this.root.querySelector('[data-role=attach]');
     this.fileInput = this.root.querySelector('[data-role=file-input]');
-    this.tray = new AttachmentTray(this.root.querySelector('[data-role=attachments]'), { onChange: () => this.render() });
+    this.tray = new AttachmentTray(this.root.querySelector('[data-role=attachments]'), {
+      maxBytes,
+      onChange: () => this.trayChanged(),
+    });
     this.attachButton.addEventListener('click', () => this.fileInput.click());
     this.fileInput.addEventListener('change', () => {
       this.tray.add([...this.fileInput.files]);
@@ -105,6 +110,28 @@ export class Composer {
       event.preventDefault();
       this.tray.add(files);
     });
+  }
+
+  // A note about failed files follows the tray: it goes once none is left (removed, or uploaded again).
+  trayChanged() {
+    if (this.failedNote) this.noteFailed();
+    this.render();
+  }
+
+  // Says which files would be left out of a message sent now, and what to do; false when none.
+  noteFailed() {
+    const failed = this.tray.failed();
+    if (!failed.length) {
+      if (this.failedNote) this.setNote(null);
+      this.failedNote = false;
+      return false;
+    }
+    this.failedNote = true;
+    const [them, each] = failed.length === 1 ? ['it', 'it'] : ['them', 'each'];
+    const fix = failed.some((item) => item.retryable) ? `Retry (↻) or remove (×) ${them}` : `Remove ${them} (×)`;
+    const names = failed.map((item) => item.attachment.name).join(', ');
+    this.setNote(`Not sent: ${names} could not be attached (the reason is on ${each}). ${fix}, then send.`);
+    return true;
   }
 
   canAttach() {
@@ -186,15 +213,32 @@ export class Composer {
     this.sendButton.disabled = !!this.disabledReason || !!this.lock || this.tray.busy;
     this.attachButton.hidden = !this.tray.enabled;
     this.attachButton.disabled = !this.canAttach();
-    this.textarea.placeholder = this.disabledReason
-      ? this.disabledReason
-      : this.active
-        ? this.mode === 'steer'
-          ? 'Guide the running agent (Steer)…'
-          : 'Queue a message for after this run…'
-        : this.narrow.matches
-          ? 'Message the agent (/ for commands)'
-          : 'Message the agent — Enter to send, Shift+Enter for a new line, / for commands';
+    this.renderHint();
+  }
+
+  // The placeholder's wordings, longest first.
+  hints() {
+    if (this.disabledReason) return [this.disabledReason];
+    if (this.active && this.mode === 'steer') return ['Guide the running agent (Steer)…', 'Steer the agent…', 'Steer…'];
+    if (this.active) return ['Queue a message for after this run…', 'Queue a message…', 'Queue…'];
+    return [
+      'Message the agent — Enter to send, Shift+Enter for a new line, / for commands',
+      'Message the agent (/ for commands)',
+      'Message (/ for commands)',
+      'Message…',
+    ];
+  }
+
+  // The longest hint that fits the box's one line: a longer one wraps and is cut off.
+  renderHint() {
+    const hints = this.hints();
+    const style = getComputedStyle(this.textarea);
+    const room = this.textarea.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    this.measure ??= document.createElement('canvas').getContext('2d');
+    this.measure.font = `${style.fontStyle} ${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    // Not laid out (hidden): the longest; the box's next resize picks again.
+    const fits = room > 0 ? hints.find((hint) => this.measure.measureText(hint).width <= room) : hints[0];
+    this.textarea.placeholder = fits ?? hints[hints.length - 1];
   }
 
   autosize() {
@@ -231,6 +275,8 @@ export class Composer {
   submit() {
     const text = this.textarea.value;
     if (!text.trim() || this.disabledReason || this.lock || this.tray.busy) return;
+    // Never sent without a file the user attached: the text and the other files stay.
+    if (this.noteFailed()) return;
     const mode = this.active ? this.mode : 'auto';
     const attachments = this.tray.ready();
     this.textarea.value = '';

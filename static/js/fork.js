@@ -3,7 +3,7 @@
 // Not idempotent on the server, so the button stays disabled while its request is out.
 
 import { api } from './api.js';
-import { alertDialog } from './sidebar.js';
+import { alertDialog } from './dialogs.js';
 
 export function installFork(button, sessionId) {
   button.hidden = false;

@@ -3,6 +3,7 @@
 import { api } from './api.js';
 import { composerLock } from './archive.js';
 import { Composer } from './composer.js';
+import { alertDialog } from './dialogs.js';
 import { setDiffRoot } from './diff.js';
 import { uuid } from './dom.js';
 import { IntentsPanel } from './intents.js';
@@ -13,7 +14,7 @@ import { outbox } from './outbox.js';
 import { Pickers } from './pickers.js';
 import { SearchPanel } from './search.js';
 import { SessionController } from './session.js';
-import { alertDialog, Sidebar, waitingCount } from './sidebar.js';
+import { Sidebar, waitingCount } from './sidebar.js';
 import { SessionSocket } from './socket.js';
 import { StatusLine } from './status.js';
 import { themeToggle } from './theme.js';
@@ -75,6 +76,7 @@ const status = new StatusLine($('status'), { onRetry: () => controller?.socket?.
 const composer = new Composer($('composer'), {
   onSend: (text, mode, attachments) => (controller ? controller.send(text, mode, attachments) : startSession(text)),
   onStop: () => controller?.stop(),
+  maxBytes: data.attachment_max_bytes,
 });
 
 if (data.session) {

@@ -10,9 +10,6 @@ import { h } from './dom.js';
 import { importDialog } from './import.js';
 import { editProjectDialog, launchDialog, newProjectDialog, workflowDialog } from './manage.js';
 
-// main.js and fork.js import the alert from here, where it was first written.
-export { alertDialog };
-
 export function sessionTitle(session) {
   return session.title || `Untitled session ${session.id}`;
 }

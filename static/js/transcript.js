@@ -6,6 +6,7 @@
 // only the blocks that changed; once the run has settled the server's rendering
 // is laid over it, block by block, so equal blocks are not touched at all.
 
+import { api, NetworkError } from './api.js';
 import { renderAttachmentList } from './attachments.js';
 import { copyText, formatTokens, h, humanize, swap } from './dom.js';
 import { LiveMarkdown, showMarkdown, showServerHtml } from './markdown.js';
@@ -59,6 +60,28 @@ const BANNERS = {
 };
 
 
+// Keep `node` at `top` in the view while what was put above it is laid out: plain text is sized
+// only once near the view (.md.plain's content-visibility), a frame or two after it is added.
+// Until it holds still for two frames, at most half a second, or the reader scrolls.
+async function keepInPlace(node, top, scroller) {
+  let still = 0;
+  let reader = false;
+  const stop = () => (reader = true);
+  const events = ['wheel', 'touchstart', 'keydown'];
+  for (const name of events) scroller.addEventListener(name, stop, { passive: true, once: true });
+  for (let frame = 0; frame < 30 && still < 2 && !reader && !document.hidden; frame++) {
+    const drift = node.getBoundingClientRect().top - top;
+    if (Math.abs(drift) >= 1) {
+      scroller.scrollTop += drift;
+      still = 0;
+    } else {
+      still += 1;
+    }
+    await new Promise((resolve) => requestAnimationFrame(resolve));
+  }
+  for (const name of events) scroller.removeEventListener(name, stop);
+}
+
 export class TurnView {
   constructor(turn, handlers) {
     this.runId = turn.run_id;
@@ -80,6 +103,10 @@ export class TurnView {
     // The run had ended when its page was read, but the page holds only its start (`complete` false).
     this.catchingUp = turn.complete === false && TERMINAL_STATES.has(turn.status) && !this.state.terminal;
     this.tooLarge = false; // the server said its rendering is too large (TurnFeed.applyFragments, feed.js)
+    // A finished turn larger than a page came from its end: its first `itemsFrom` items are read
+    // back on demand (loadEarlierItems). Item nodes' `data-item` is the index in the whole run.
+    this.itemsFrom = turn.items_from || 0;
+    this.loadingEarlier = null;
     this.drawnAt = performance.now();
     this.el = this.build();
     for (const item of this.state.items) this.dirty.add(item);
@@ -107,6 +134,10 @@ export class TurnView {
         ? `workflow: ${meta.workflow_name}`
         : SOURCE_LABELS[this.turn.source];
     this.itemsEl = h('div', { class: 'items' });
+    this.earlierButton = h('button', { type: 'button', class: 'btn small', onclick: () => this.loadEarlierItems() });
+    this.earlierNote = h('span', { class: 'load-earlier-note', role: 'status' });
+    this.earlierEl = h('div', { class: 'load-earlier turn-earlier' }, this.earlierButton, this.earlierNote);
+    this.renderEarlier();
     this.progressEl = h('div', { class: 'turn-progress', 'aria-live': 'polite' });
     this.bannerEl = h('div', { class: 'turn-banner', hidden: true });
     this.footerEl = h('div', { class: 'turn-footer' });
@@ -120,7 +151,11 @@ export class TurnView {
     this.answerActionsEl = h(
       'div',
       { class: 'turn-actions answer-actions', hidden: true },
-      action('Copy', 'Copy answer', async (event) => feedback(event.currentTarget, await copyText(this.answerText())), 'copy-answer'),
+      action('Copy', 'Copy answer', async (event) => {
+        const button = event.currentTarget;
+        const text = await this.wholeAnswerText();
+        feedback(button, text !== null && (await copyText(text)));
+      }, 'copy-answer'),
     );
     return h(
       'article',
@@ -144,8 +179,72 @@ export class TurnView {
           ),
         ),
       ),
-      h('div', { class: 'assistant' }, this.itemsEl, this.progressEl, this.bannerEl, h('div', { class: 'turn-end' }, this.footerEl, this.answerActionsEl)),
+      h('div', { class: 'assistant' }, this.earlierEl, this.itemsEl, this.progressEl, this.bannerEl, h('div', { class: 'turn-end' }, this.footerEl, this.answerActionsEl)),
     );
+  }
+
+  renderEarlier(failed = false) {
+    const left = this.itemsFrom;
+    this.earlierEl.hidden = !left && !this.earlierNote.textContent;
+    this.earlierButton.hidden = !left;
+    // Busy, not disabled: a keyboard user's focus stays on it while the page comes.
+    this.earlierButton.setAttribute('aria-busy', this.loadingEarlier ? 'true' : 'false');
+    const what = `${left} earlier ${left === 1 ? 'part' : 'parts'} of this answer`;
+    this.earlierButton.textContent = this.loadingEarlier ? 'Loading…' : failed ? `Try again: show ${what}` : `Show ${what}`;
+  }
+
+  // The turn's items before `itemsFrom`, a page of them put above the first one without moving
+  // what the reader sees. Resolves to whether any are left.
+  loadEarlierItems() {
+    if (this.loadingEarlier) return this.loadingEarlier;
+    if (!this.itemsFrom) return Promise.resolve(false);
+    this.loadingEarlier = (async () => {
+      let failed = false;
+      try {
+        const page = await api.runItems(this.runId, this.itemsFrom);
+        // The item that was first stays where it was (the browser's scroll anchoring may have
+        // kept it there already: only what is left is corrected).
+        const first = this.itemsEl.firstElementChild;
+        const top = first?.getBoundingClientRect().top;
+        this.prependItems(page.items, page.items_from);
+        const scroller = this.el.closest('[data-role=scroller]');
+        if (first && scroller) await keepInPlace(first, top, scroller);
+        this.earlierNote.textContent = this.itemsFrom ? '' : 'The whole answer is shown.';
+      } catch (error) {
+        failed = true;
+        this.earlierNote.textContent = 'Could not load the earlier part of this answer.';
+        if (!(error instanceof NetworkError)) console.warn('earlier items failed', error);
+      } finally {
+        this.loadingEarlier = null;
+        this.renderEarlier(failed);
+      }
+      return this.itemsFrom > 0 && !failed;
+    })();
+    this.renderEarlier();
+    return this.loadingEarlier;
+  }
+
+  // Items read back (`items`, from index `from` of the run's) go before the ones held.
+  prependItems(items, from) {
+    if (from + items.length !== this.itemsFrom) return; // not the page before ours: dropped
+    this.itemsFrom = from;
+    this.state.items.unshift(...items);
+    const nodes = items.map((item, index) => {
+      if (item.kind === 'tool') this.state.tools[item.tool_call_id] = item;
+      else if (item.kind === 'approval') this.state.approvals[item.approval_id] = item;
+      else if (item.kind === 'clarify') this.state.clarifications[item.clarify_id] = item;
+      const node = this.renderItem(item, index);
+      this.nodes.set(item, node);
+      return node;
+    });
+    this.itemsEl.prepend(...nodes);
+  }
+
+  // The whole answer's text, its earlier items read back first if the turn came from its end;
+  // null when they could not be.
+  async wholeAnswerText() {
+    while (this.itemsFrom) if (!(await this.loadEarlierItems()) && this.itemsFrom) return null;
+    return this.answerText();
   }
 
   // The agent's text of this turn, as markdown.
@@ -260,7 +359,7 @@ export class TurnView {
 
   renderItem(item, index) {
     const node = RENDERERS[item.kind]?.(item, this) ?? h('div', { class: 'item-unknown', text: item.kind });
-    node.dataset.item = String(index);
+    node.dataset.item = String(this.itemsFrom + index);
     node.classList.add('item', `item-${item.kind}`);
     return node;
   }
@@ -317,8 +416,7 @@ export class TurnView {
   // Swap live plain text for the sanitized markdown the server rendered.
   applyFragment(section) {
     for (const block of section.querySelectorAll('.md[data-item]')) {
-      const index = Number(block.dataset.item);
-      const item = this.state.items[index];
+      const item = this.state.items[Number(block.dataset.item) - this.itemsFrom];
       const node = item && this.nodes.get(item);
       if (!node || item.kind !== 'text' || (item.message_id ?? '') !== (block.dataset.messageId ?? '')) continue;
       // Read from the inert document as markup and sanitized again: nothing of it is adopted as is.
