@@ -34,6 +34,9 @@ PAGE_OMITS = frozenset({"text", "reasoning"})
 # Folds of finished runs kept per process (`FoldCache`), at most this many payload bytes in all:
 # a long run's page is then a read (its fold was most of a 100k-event page's request, issue 25).
 FOLD_CACHE_BYTES = 32 * 1024 * 1024
+# A finished run larger than its page opens at its end with at most this much of it (`tail_within`):
+# many screens, and a fraction of a whole page to send, parse and lay out before it is usable.
+TAIL_BYTES = 256 * 1024
 
 
 def materialize(events: Iterable[JournalEvent | dict[str, Any]]) -> dict[str, Any]:
@@ -437,7 +440,7 @@ def fold_for_page(run: Run, room: int, *, keep_cut: bool) -> PageFold:
         return PageFold(whole.state, whole.used, True, 0)
     if not keep_cut:
         return PageFold(empty_state(), 0, False, 0)
-    tail = tail_within(whole, room)
+    tail = tail_within(whole, room, TAIL_BYTES)
     if tail is not None:
         return tail
     # An item larger than the page on its own: the run's start, read on from its journal.
@@ -445,14 +448,14 @@ def fold_for_page(run: Run, room: int, *, keep_cut: bool) -> PageFold:
     return PageFold(state, used, complete, 0)
 
 
-def tail_within(whole: WholeFold, room: int) -> PageFold | None:
-    """The run's state with only its last items within `room` bytes; None when one of its items
-    alone passes `room` (reading back a page at a time would stop there)."""
+def tail_within(whole: WholeFold, room: int, want: int) -> PageFold | None:
+    """The run's state with only its last items within `want` bytes (at least its last item);
+    None when one of its items alone passes `room` (reading back a page at a time would stop there)."""
     sizes = whole.item_sizes
     if not sizes or max(sizes) > room:
         return None
     start, used = len(sizes), 0
-    while start and used + sizes[start - 1] <= room:
+    while start and (start == len(sizes) or used + sizes[start - 1] <= min(room, want)):
         start -= 1
         used += sizes[start]
     return PageFold(tail_state(whole.state, start), used, True, start)

@@ -164,3 +164,28 @@ def test_another_users_run_is_not_found_and_signing_in_is_required(
 
     assert api.get(f"/api/runs/{theirs.pk}/items", {"before": 1}).status_code == 404
     assert anonymous.get(f"/api/runs/{theirs.pk}/items", {"before": 1}).status_code == 401
+
+
+def test_the_opening_from_the_end_is_a_few_screens_and_reading_back_a_whole_page(
+    api: Client, session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(T, "TAIL_BYTES", 4 * KIB)
+    run = long_run(session)
+
+    [turn] = transcript(api, session)["turns"]
+    page = api.get(f"/api/runs/{run.pk}/items", {"before": turn["items_from"]}).json()
+
+    assert 0 < sum(len(orjson.dumps(item)) for item in turn["state"]["items"]) <= 4 * KIB
+    assert 4 * KIB < sum(len(orjson.dumps(item)) for item in page["items"]) <= PAGE
+
+
+def test_a_last_item_larger_than_the_opening_still_opens_at_the_end(
+    api: Client, session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(T, "TAIL_BYTES", 4 * KIB)
+    run = long_run(session, tail=[("token.delta", {"message_id": "last", "delta": "w" * 8 * KIB})])
+
+    [turn] = transcript(api, session)["turns"]
+
+    assert turn["items_from"] == len(whole_items(run)) - 1
+    assert turn["state"]["items"] == whole_items(run)[-1:]
