@@ -315,9 +315,10 @@ class StoredSize(NamedTuple):
         return self.chars > SIZE_CHECK_SLACK * budget and self.last_seq > self.compacted_through
 
 
-def stored_size(run: Run) -> StoredSize:
-    """The run's `StoredSize` from one aggregate query; nothing for a run too small to matter."""
-    if run.last_seq < SIZE_CHECK_EVENTS:
+def stored_size(run: Run, *, short: bool = False) -> StoredSize:
+    """The run's `StoredSize` from one aggregate query; nothing for a run too short to matter
+    unless `short` (one known to pass a page all the same)."""
+    if run.last_seq < SIZE_CHECK_EVENTS and not short:
         return StoredSize(0, 0, run.compacted_through)
     sizes = JournalEvent.objects.filter(run=run).aggregate(
         chars=Sum(Length(Cast("payload", TextField()))), last=Max("seq")
@@ -419,22 +420,27 @@ def whole_fold(run: Run) -> WholeFold:
 def fold_for_page(run: Run, room: int, *, keep_cut: bool) -> PageFold:
     """A run's state within `room` payload bytes.
 
-    A finished run that fits comes whole (`fold_within`'s answer, a long one's kept in `fold_cache`). One that
-    does not comes from its end when `keep_cut` (its last items within `room`, `tail_within`),
-    so a reader sees where it ended at once; otherwise, as a run going on does, cut at the budget.
+    A finished run that fits comes whole (`fold_within`'s answer; a long one's is kept in
+    `fold_cache`). One that does not comes from its end when `keep_cut` (its last items,
+    `tail_within`), so a reader sees where it ended at once; otherwise, as a run going on does,
+    cut at the budget.
     """
     if not run.is_terminal:
-        state, used, complete = fold_within(run, room, keep_cut=keep_cut)
-        return PageFold(state, used, complete, 0)
+        return PageFold(*fold_within(run, room, keep_cut=keep_cut), 0)
     key = FoldCache.key(run)
     if key is None or fold_cache.get(key) is None:
-        size = stored_size(run)
+        head = None
+        if key is None:
+            # A short run: folding it within the page costs less than asking its size first.
+            head = PageFold(*fold_within(run, room, keep_cut=keep_cut), 0)
+            if head.complete or not keep_cut:
+                return head
+        size = stored_size(run, short=True)
         if not keep_cut and size.plainly_over(room):
             return PageFold(empty_state(), 0, False, 0)  # its size says enough: it is not folded
         if size.plainly_over(fold_cache.limit // SIZE_CHECK_SLACK):
             # Too large to keep: folding it whole on every open would cost the run's size each time.
-            state, used, complete = fold_within(run, room, keep_cut=keep_cut)
-            return PageFold(state, used, complete, 0)
+            return head or PageFold(*fold_within(run, room, keep_cut=keep_cut), 0)
     whole = whole_fold(run)
     if whole.used <= room:
         return PageFold(whole.state, whole.used, True, 0)

@@ -189,3 +189,18 @@ def test_a_last_item_larger_than_the_opening_still_opens_at_the_end(
 
     assert turn["items_from"] == len(whole_items(run)) - 1
     assert turn["state"]["items"] == whole_items(run)[-1:]
+
+
+def test_a_run_too_large_to_keep_comes_from_its_start_without_being_folded_whole(
+    api: Client, session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Folding it whole on every open would cost its whole size each time: it is read on instead.
+    monkeypatch.setattr(T.fold_cache, "limit", 8 * KIB)
+    run = long_run(session)
+    folded_whole = []
+    monkeypatch.setattr(T, "whole_fold", lambda run: folded_whole.append(run) or pytest.fail("folded whole"))
+
+    [turn] = transcript(api, session)["turns"]
+
+    assert turn["complete"] is False and turn["items_from"] == 0 and not folded_whole
+    assert 0 < turn["state"]["last_seq"] < run.last_seq
