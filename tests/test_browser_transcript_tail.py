@@ -108,6 +108,8 @@ def test_a_long_finished_turn_opens_at_its_end_and_reads_back_to_exactly_the_jou
         button.click()
         page.wait_for_function("() => !document.querySelector('.turn-earlier button[aria-busy=true]')")
     assert page.evaluate(SHOWN) == whole
+    # The last click took the button away: keyboard focus stayed in the turn.
+    assert page.evaluate("document.activeElement.matches('article.turn')")
     assert page.get_by_role("status").filter(has_text="The whole answer is shown.").count() == 1
     indexes = page.evaluate(
         "() => [...document.querySelectorAll('article.turn .item')].map((n) => Number(n.dataset.item))"

@@ -215,8 +215,11 @@ export class TurnView {
         this.earlierNote.textContent = 'Could not load the earlier part of this answer.';
         if (!(error instanceof NetworkError)) console.warn('earlier items failed', error);
       } finally {
+        const hadFocus = this.earlierButton === document.activeElement;
         this.loadingEarlier = null;
         this.renderEarlier(failed);
+        // The button went with the last page: keyboard focus stays in this turn.
+        if (hadFocus && this.earlierButton.hidden) this.el.focus({ preventScroll: true });
       }
       return this.itemsFrom > 0 && !failed;
     })();
