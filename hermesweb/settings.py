@@ -225,6 +225,8 @@ HERMESWEB_LEASE_SECONDS = env_float("HERMESWEB_LEASE_SECONDS", 15.0, minimum=1.0
 HERMESWEB_AGENT_IDLE_SECONDS = env_float("HERMESWEB_AGENT_IDLE_SECONDS", 600.0, minimum=1.0)
 HERMESWEB_RUNNER_POLL_SECONDS = env_float("HERMESWEB_RUNNER_POLL_SECONDS", 0.2, minimum=0.01)
 HERMESWEB_SHUTDOWN_GRACE_SECONDS = env_float("HERMESWEB_SHUTDOWN_GRACE_SECONDS", 20.0, minimum=0.0)
+# After session/cancel, how long an agent gets to end its turn before the runner retires it.
+HERMESWEB_CANCEL_GRACE_SECONDS = env_float("HERMESWEB_CANCEL_GRACE_SECONDS", 10.0, minimum=0.1)
 HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
 # How long a runner keeps trying database work the database did not answer (a restart, a
 # failover) before it fails the run: journal writes, exactly once (docs/journal.md, "Writes the

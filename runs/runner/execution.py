@@ -35,9 +35,6 @@ from runs.runner.writer import JournalWriter
 
 log = logging.getLogger(__name__)
 
-# After session/cancel, how long the agent gets to end the turn before we
-# stop waiting, retire its process and record the cancel ourselves.
-CANCEL_GRACE_SECONDS = 10.0
 # Acknowledgements agents print for a `/steer` prompt; they belong to the steer, not the turn.
 STEER_ACKS = ("Steer queued",)
 CANCEL_TIMEOUT = "cancel not acknowledged"
@@ -410,7 +407,8 @@ class RunExecution:
             self._spawn(self._cancel_deadline())
 
     async def _cancel_deadline(self) -> None:
-        await asyncio.sleep(CANCEL_GRACE_SECONDS)
+        # Then we stop waiting, retire the agent's process and record the cancel ourselves.
+        await asyncio.sleep(settings.HERMESWEB_CANCEL_GRACE_SECONDS)
         if self.process is not None:
             self.process.poisoned = "cancel not acknowledged"
         self.abort(CANCEL_TIMEOUT)

@@ -97,6 +97,9 @@ def hermes_config_yaml(base_url: str, *, approvals_mode: str = "manual", model: 
         "security: {tirith_enabled: false}\n"
         "memory: {nudge_interval: 0}\n"
         "skills: {creation_nudge_interval: 0}\n"
+        # The toolchain probe runs five Pythons (two of them `pip --version`): ~1 s of CPU at
+        # every Hermes start, for a system-prompt hint about pip that no test reads.
+        "agent: {environment_probe: false}\n"
         f"approvals: {{mode: {approvals_mode}}}\n"
     )
 

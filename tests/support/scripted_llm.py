@@ -167,7 +167,11 @@ class ScriptedLLM:
         server = _Server(("127.0.0.1", 0), _Handler)
         server.llm = self
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="scripted-llm", daemon=True)
+        # shutdown() waits for serve_forever's next poll: at the default 0.5 s, up to half a
+        # second of every Hermes test's teardown.
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-llm", daemon=True
+        )
         self._thread.start()
         return self
 
