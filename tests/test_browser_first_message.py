@@ -219,29 +219,43 @@ SAMPLES = {
 }
 
 
-def test_the_pages_file_check_answers_as_the_servers_type_rule(
-    workbench: Workbench, project: Any, tmp_path: Path, user: Any
-) -> None:
+def server_verdicts(user: Any, project: Any, files: dict[str, bytes], refused_with: str) -> dict[str, str]:
+    """Each file's chip state as the server's upload rule decides it: `pending` taken, `error` refused."""
     session = factories.SessionFactory(project=project)
-    server: dict[str, str] = {}
-    for name, data in SAMPLES.items():
+    verdicts: dict[str, str] = {}
+    for name, data in files.items():
         try:
             attachments.do_upload_attachment(user, session.pk, attachments.Upload(name, [data], len(data)))
-            server[name] = "pending"
+            verdicts[name] = "pending"
         except attachments.AttachmentRefused as exc:
-            assert exc.code == "unsupported_attachment"
-            server[name] = "error"
-        (tmp_path / name).write_bytes(data)
+            assert exc.code == refused_with
+            verdicts[name] = "error"
+    return verdicts
 
+
+def page_verdicts(
+    workbench: Workbench, project: Any, tmp_path: Path, files: dict[str, bytes]
+) -> dict[str, str]:
+    """Each file's chip state once the project page has checked it, before any session exists."""
+    for name, data in files.items():
+        (tmp_path / name).write_bytes(data)
     page = workbench.new_page()
     open_project(page, project)
-    page.locator(".composer [data-role=file-input]").set_input_files([str(tmp_path / n) for n in SAMPLES])
+    page.locator(".composer [data-role=file-input]").set_input_files([str(tmp_path / n) for n in files])
     page.wait_for_function(
         "count => [...document.querySelectorAll('.composer-attachments .attachment')]"
         ".filter(chip => chip.dataset.state !== 'checking').length === count",
-        arg=len(SAMPLES),
+        arg=len(files),
     )
-    checked = {name: composer_chip(page, name).get_attribute("data-state") for name in SAMPLES}
+    return {name: composer_chip(page, name).get_attribute("data-state") for name in files}
+
+
+def test_the_pages_file_check_answers_as_the_servers_type_rule(
+    workbench: Workbench, project: Any, tmp_path: Path, user: Any
+) -> None:
+    server = server_verdicts(user, project, SAMPLES, "unsupported_attachment")
+
+    checked = page_verdicts(workbench, project, tmp_path, SAMPLES)
 
     assert checked == server
     assert "error" in server.values() and "pending" in server.values()
@@ -267,11 +281,7 @@ def test_attachments_on_a_project_page_in_dark_and_on_a_phone(
 
 def attachment_limit(workbench: Workbench, limit: int) -> None:
     """daphne again, taking attachments of at most `limit` bytes (the page's data says so too)."""
-    env = workbench.env()
-    workbench.env = lambda: {**env, "HERMESWEB_ATTACHMENT_MAX_BYTES": str(limit)}  # type: ignore[method-assign]
-    assert workbench.daphne is not None
-    workbench.daphne.stop()
-    workbench.start_daphne()
+    workbench.restart_daphne(HERMESWEB_ATTACHMENT_MAX_BYTES=str(limit))
 
 
 def test_a_file_over_the_size_limit_stops_the_first_message_before_any_session_exists(
@@ -312,28 +322,11 @@ def test_the_pages_size_check_answers_as_the_servers_limit(
     limit = 64
     settings.HERMESWEB_ATTACHMENT_MAX_BYTES = limit
     attachment_limit(workbench, limit)
-    session = factories.SessionFactory(project=project)
     sizes = {"under.txt": limit - 1, "at.txt": limit, "over.txt": limit + 1, "huge.txt": 10 * limit}
-    server: dict[str, str] = {}
-    for name, size in sizes.items():
-        data = b"x" * size
-        try:
-            attachments.do_upload_attachment(user, session.pk, attachments.Upload(name, [data], len(data)))
-            server[name] = "pending"
-        except attachments.AttachmentRefused as exc:
-            assert exc.code == "attachment_too_large"
-            server[name] = "error"
-        (tmp_path / name).write_bytes(data)
+    files = {name: b"x" * size for name, size in sizes.items()}
+    server = server_verdicts(user, project, files, "attachment_too_large")
 
-    page = workbench.new_page()
-    open_project(page, project)
-    page.locator(".composer [data-role=file-input]").set_input_files([str(tmp_path / n) for n in sizes])
-    page.wait_for_function(
-        "count => [...document.querySelectorAll('.composer-attachments .attachment')]"
-        ".filter(chip => chip.dataset.state !== 'checking').length === count",
-        arg=len(sizes),
-    )
-    checked = {name: composer_chip(page, name).get_attribute("data-state") for name in sizes}
+    checked = page_verdicts(workbench, project, tmp_path, files)
 
     assert checked == server
     assert [name for name, state in server.items() if state == "error"] == ["over.txt", "huge.txt"]

@@ -70,11 +70,7 @@ def long_finished_run(session: Any) -> Run:
 
 def small_pages(workbench: Workbench) -> None:
     """daphne again, with transcript pages of PAGE_BYTES: the run passes one several times."""
-    env = workbench.env()
-    workbench.env = lambda: {**env, "HERMESWEB_TRANSCRIPT_PAGE_BYTES": str(PAGE_BYTES)}  # type: ignore[method-assign]
-    assert workbench.daphne is not None
-    workbench.daphne.stop()
-    workbench.start_daphne()
+    workbench.restart_daphne(HERMESWEB_TRANSCRIPT_PAGE_BYTES=str(PAGE_BYTES))
 
 
 def test_a_finished_turn_cut_at_the_page_budget_is_drawn_once_caught_up_with_the_journals_text(

@@ -60,11 +60,7 @@ def long_finished_run(session: Any) -> Run:
 
 def small_pages(workbench: Workbench) -> None:
     """daphne again, with transcript pages of PAGE_BYTES: the run passes one several times."""
-    env = workbench.env()
-    workbench.env = lambda: {**env, "HERMESWEB_TRANSCRIPT_PAGE_BYTES": str(PAGE_BYTES)}  # type: ignore[method-assign]
-    assert workbench.daphne is not None
-    workbench.daphne.stop()
-    workbench.start_daphne()
+    workbench.restart_daphne(HERMESWEB_TRANSCRIPT_PAGE_BYTES=str(PAGE_BYTES))
 
 
 def journal_text(run: Run) -> str:

@@ -109,6 +109,7 @@ class Workbench:
     runner: procs.Proc | None = None
     contexts: list[Any] = field(default_factory=list)
     console: list[str] = field(default_factory=list)
+    settings_env: dict[str, str] = field(default_factory=dict)  # restart_daphne's settings
 
     @property
     def base_url(self) -> str:
@@ -116,7 +117,8 @@ class Workbench:
 
     def env(self) -> dict[str, str]:
         # The subprocesses must not inherit the test process's async-unsafe escape hatch.
-        return {"HERMESWEB_DATA_DIR": str(self.data_dir), "REDIS_URL": "", "DJANGO_ALLOW_ASYNC_UNSAFE": ""}
+        base = {"HERMESWEB_DATA_DIR": str(self.data_dir), "REDIS_URL": "", "DJANGO_ALLOW_ASYNC_UNSAFE": ""}
+        return {**base, **self.settings_env}
 
     def start(self) -> None:
         self.runner = procs.start_runner(self.log_dir, runner_id="browser", **self.env())
@@ -124,6 +126,13 @@ class Workbench:
 
     def start_daphne(self) -> None:
         self.daphne, self.port = procs.start_daphne(self.log_dir, port=self.port or None, **self.env())
+
+    def restart_daphne(self, **settings: str) -> None:
+        """daphne again, with these settings in its environment (e.g. a smaller page budget)."""
+        self.settings_env.update(settings)
+        assert self.daphne is not None
+        self.daphne.stop()
+        self.start_daphne()
 
     def kill_daphne(self) -> None:
         assert self.daphne is not None
