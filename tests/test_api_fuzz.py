@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hermesweb.api import api as ninja_api
 from intents.models import IntentState, PendingIntent
 from runs import attachments
-from runs.models import AgentJob, AgentJobKind, RunStatus
+from runs.models import AgentJob, AgentJobKind, Run, RunStatus
 from tests.factories import (
     ApiToken,
     PendingIntentFactory,
@@ -126,7 +126,7 @@ def token(db: None) -> str:
 @pytest.fixture
 def objects(token: str) -> dict[str, int]:
     """One of each object the paths name: a run awaiting an approval and a clarification, its
-    waiting intent, a job, an upload, and an idle project and session that may be deleted or
+    waiting intent, a finished run, a job, an upload, and an idle project and session that may be deleted or
     forked (a runner says the demo agent forks)."""
     user = ApiToken.objects.get(name="fuzz").user
     workflow = WorkflowFactory(project__owner=user, prompt_template="Do {thing}")
@@ -141,6 +141,12 @@ def objects(token: str) -> dict[str, int]:
         status=RunStatus.AWAITING_APPROVAL,
     )
     intent = PendingIntentFactory(session=run.session)
+    finished = run_with_events(
+        [("token.delta", {"message_id": "m", "delta": "Done."}), ("done", {"state": "completed"})],
+        session__project=project,
+        status=RunStatus.RUNNING,
+    )
+    Run.objects.filter(pk=finished.pk).update(status=RunStatus.COMPLETED)
     job = AgentJob.objects.create(project=project, requested_by=user, kind=AgentJobKind.LIST_SESSIONS)
     idle = SessionFactory(project__owner=user, agent_session_id="agent-1")
     upload = attachments.Upload("notes.txt", [b"plain text"], 10)
@@ -151,6 +157,7 @@ def objects(token: str) -> dict[str, int]:
         "workflow": workflow.pk,
         "session": run.session_id,
         "run": run.pk,
+        "finished_run": finished.pk,
         "intent": intent.pk,
         "intent_version": intent.version,
         "job": job.pk,
@@ -222,6 +229,7 @@ def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
         "GET /api/sessions/{id}/transcript": Happy(session, {"limit": 5}),
         "GET /api/runs/{id}": Happy(run),
         "GET /api/runs/{id}/events": Happy(run, {"after_seq": 1, "limit": 10}),
+        "GET /api/runs/{id}/items": Happy({"id": o["finished_run"]}, {"before": 1}),
         "POST /api/runs/{id}/cancel": Happy(run),
         "POST /api/runs/{id}/approvals/{approval_id}": Happy(
             {**run, "approval_id": "a1"}, body={"option_id": "allow"}
