@@ -123,6 +123,7 @@ def test_redis_dies_mid_run_and_comes_back_without_losing_or_repeating_an_event(
     else:
         runner = stack.runner("1")
     web = stack.web()
+    web_process = stack.procs[-1]
     deployed.runner_id(runner)
     project = factories.ProjectFactory(agent="demo")
     streaming_session, idle_session = (factories.SessionFactory(project=project) for _ in range(2))
@@ -190,6 +191,11 @@ def test_redis_dies_mid_run_and_comes_back_without_losing_or_repeating_an_event(
             procs.wait_for(
                 lambda: client.pubsub_numsub(runners_channel)[0][1] >= 1, 30, what="the runner to listen"
             )
+        # ... and the web's own publishes go out again: its probe found the layer back (health's
+        # ping can answer first, while a ring is still skipped and the runner's poll takes the turn).
+        procs.wait_for(
+            lambda: "channel layer is back" in web_process.log(), 30, what="the web to publish again"
+        )
         listener = client.pubsub()
         listener.subscribe(journal_channel)
         # A browser's next message, through the web process (whose publishes failed during the
