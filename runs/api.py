@@ -243,12 +243,17 @@ def run_items(
     """A finished run's items before `before`, the nearest ones within the transcript's page
     budget (at least one): a turn that came from its end (`items_from`), read back a page at a time.
 
-    409 `run_not_finished` while the run goes on (its items are still changing: read its events).
+    409 `run_not_finished` while the run goes on (its items are still changing: read its events);
+    409 `run_too_large` for a run too large to keep folded (its page never comes from its end).
     """
     run = get_visible(Run.objects, request.auth, id, "run")
     if not run.is_terminal:
         raise ApiError(409, "run_not_finished", "The run is still going on: read its events instead.")
-    page = transcript_pages.items_before(run, before, settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES)
+    try:
+        page = transcript_pages.items_before(run, before, settings.HERMESWEB_TRANSCRIPT_PAGE_BYTES)
+    except transcript_pages.TooLargeToReadBack:
+        message = "The run is too large to read by items: read its events."
+        raise ApiError(409, "run_too_large", message) from None
     return RunItemsOut(run_id=run.pk, items=page.items, items_from=page.items_from, last_seq=run.last_seq)
 
 

@@ -487,11 +487,20 @@ def tail_state(state: dict[str, Any], start: int) -> dict[str, Any]:
     }
 
 
+class TooLargeToReadBack(Exception):
+    """The run is too large to keep folded (`fold_for_page` never opens it at its end)."""
+
+
 def items_before(run: Run, before: int, budget: int) -> ItemsPage:
     """The run's items before index `before`, the nearest ones within `budget` bytes (at least one).
 
     For a page come from its end (`tail_within`): its earlier items, read back a page at a time.
+    TooLargeToReadBack for a run too large to keep: each page would fold all of it again.
     """
+    key = FoldCache.key(run)
+    kept = key is not None and fold_cache.get(key) is not None
+    if not kept and stored_size(run, short=True).plainly_over(fold_cache.limit // SIZE_CHECK_SLACK):
+        raise TooLargeToReadBack(f"run {run.pk} is too large to read back by items")
     whole = whole_fold(run)
     end = max(0, min(before, len(whole.item_sizes)))
     start, used = end, 0

@@ -204,3 +204,16 @@ def test_a_run_too_large_to_keep_comes_from_its_start_without_being_folded_whole
 
     assert turn["complete"] is False and turn["items_from"] == 0 and not folded_whole
     assert 0 < turn["state"]["last_seq"] < run.last_seq
+
+
+def test_reading_back_a_run_too_large_to_keep_is_refused_with_a_code(
+    api: Client, session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each page would fold all of it again: such a run's page never comes from its end anyway.
+    monkeypatch.setattr(T.fold_cache, "limit", 8 * KIB)
+    run = long_run(session)
+    monkeypatch.setattr(T, "whole_fold", lambda run: pytest.fail("folded whole"))
+
+    response = api.get(f"/api/runs/{run.pk}/items", {"before": 5})
+
+    assert response.status_code == 409 and response.json()["code"] == "run_too_large"
