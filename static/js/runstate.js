@@ -39,12 +39,17 @@ export function relink(state) {
   s.tools = {};
   s.approvals = {};
   s.clarifications = {};
-  for (const item of s.items) {
-    if (item.kind === 'tool') s.tools[item.tool_call_id] = item;
-    else if (item.kind === 'approval') s.approvals[item.approval_id] = item;
-    else if (item.kind === 'clarify') s.clarifications[item.clarify_id] = item;
-  }
+  indexItems(s, s.items);
   return s;
+}
+
+// The state's indexes of its items by id (tools, approvals, clarifications), for `items`.
+export function indexItems(state, items) {
+  for (const item of items) {
+    if (item.kind === 'tool') state.tools[item.tool_call_id] = item;
+    else if (item.kind === 'approval') state.approvals[item.approval_id] = item;
+    else if (item.kind === 'clarify') state.clarifications[item.clarify_id] = item;
+  }
 }
 
 const isSet = (v) => v !== undefined && v !== null;

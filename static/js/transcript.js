@@ -10,7 +10,7 @@ import { api, NetworkError } from './api.js';
 import { renderAttachmentList } from './attachments.js';
 import { copyText, formatTokens, h, humanize, swap } from './dom.js';
 import { LiveMarkdown, showMarkdown, showServerHtml } from './markdown.js';
-import { applyEvent, emptyState, relink, TERMINAL_STATES } from './runstate.js';
+import { applyEvent, emptyState, indexItems, relink, TERMINAL_STATES } from './runstate.js';
 import { RENDERERS } from './transcript-items.js';
 
 // A live render may take at most 1/LIVE_BUDGET of the time: a huge text re-renders less often.
@@ -232,10 +232,8 @@ export class TurnView {
     if (from + items.length !== this.itemsFrom) return; // not the page before ours: dropped
     this.itemsFrom = from;
     this.state.items.unshift(...items);
+    indexItems(this.state, items);
     const nodes = items.map((item, index) => {
-      if (item.kind === 'tool') this.state.tools[item.tool_call_id] = item;
-      else if (item.kind === 'approval') this.state.approvals[item.approval_id] = item;
-      else if (item.kind === 'clarify') this.state.clarifications[item.clarify_id] = item;
       const node = this.renderItem(item, index);
       this.nodes.set(item, node);
       return node;
