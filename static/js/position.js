@@ -11,16 +11,17 @@ export class ReadingPosition {
     this.currentTurn = null; // the turn jumped to last
     // Only the reader moving up unsticks: text laid out below the view (its size known only once
     // shown: .md.plain's content-visibility, chunks) moves the bottom away without anyone scrolling.
-    scroller.addEventListener(
-      'scroll',
-      () => {
-        this.stick = this.atBottom() || scroller.scrollTop >= this.autoScrollTop - 2;
-        if (!this.stick) this.autoScrollTop = Infinity; // from here, only the bottom sticks again
-      },
-      { passive: true },
-    );
-    // The transcript grew after layout (rendered markdown, text sized once shown): stay at the bottom.
-    new ResizeObserver(() => this.stick && this.scrollToBottom()).observe(transcript);
+    scroller.addEventListener('scroll', () => this.followReader(), { passive: true });
+    // The transcript grew after layout (rendered markdown, text sized once shown): stay at the bottom,
+    // unless the reader moved up since and the scroll event telling us has not come yet.
+    new ResizeObserver(() => this.followReader() && this.scrollToBottom()).observe(transcript);
+  }
+
+  // Whether the stream is still followed: the view is where scrollToBottom put it (or at the bottom).
+  followReader() {
+    this.stick = this.atBottom() || this.scroller.scrollTop >= this.autoScrollTop - 2;
+    if (!this.stick) this.autoScrollTop = Infinity; // from here, only the bottom sticks again
+    return this.stick;
   }
 
   atBottom() {
@@ -39,7 +40,8 @@ export class ReadingPosition {
   // The view was moved for the reader (to a turn, to what waits for them): the stream is followed
   // again only if that left them at the bottom.
   moved() {
-    this.stick = this.atBottom();
+    this.autoScrollTop = Infinity;
+    this.followReader();
   }
 
   // The previous (-1) or next (+1) of `views` (in order); it is scrolled to and focused. From the
