@@ -159,6 +159,11 @@ else:
         DATABASES["default"].setdefault("OPTIONS", {}).update(
             {"transaction_mode": "IMMEDIATE", "timeout": 30}
         )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # A thread keeps its SQLite connection (a file handle, no server behind it) across the
+    # requests it serves (hermesweb/handlers.py): opening one, pragmas and schema, was a third
+    # of a small request. One left in a transaction, or broken, is still closed.
+    DATABASES["default"]["CONN_MAX_AGE"] = None
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -1,16 +1,20 @@
-"""HTTP under ASGI: Django's middleware and our synchronous views, one thread hop a request."""
+"""HTTP under ASGI: Django's middleware and our synchronous views, one thread hop a request, on
+threads kept between requests."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from asgiref.sync import AsyncToSync
 from asgiref.testing import ApplicationCommunicator
 from django.core.handlers.asgi import ASGIHandler
+from django.db import connection
 
-from hermesweb.handlers import OneHopASGIHandler
+from hermesweb.handlers import OneHopASGIHandler, RequestThreads
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,3 +80,88 @@ def test_djangos_own_handler_goes_back_to_the_loop_inside_a_request(monkeypatch:
     start, _ = asyncio.run(get(ASGIHandler(), "/login/"))
     assert start["status"] == 200
     assert returns
+
+
+def served_by(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Any]]:
+    """(thread, the thread's database connection) of each request's middleware and view."""
+    seen: list[tuple[int, Any]] = []
+    real = OneHopASGIHandler.get_response
+
+    def spy(self: OneHopASGIHandler, request: Any) -> Any:
+        response = real(self, request)
+        connection.ensure_connection()  # as any view reading the database would
+        seen.append((threading.get_ident(), connection.connection))
+        return response
+
+    monkeypatch.setattr(OneHopASGIHandler, "get_response", spy)
+    return seen
+
+
+def test_requests_one_after_another_are_served_by_one_kept_thread_and_its_connection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen = served_by(monkeypatch)
+    handler = OneHopASGIHandler()
+
+    async def three() -> None:
+        for _ in range(3):
+            start, _ = await get(handler, "/login/")
+            assert start["status"] == 200
+            await settled(handler)
+
+    asyncio.run(three())
+    assert len({thread for thread, _ in seen}) == 1
+    if connection.vendor == "sqlite":
+        # No server to hand it back to: the thread keeps its connection (settings, CONN_MAX_AGE).
+        assert len({id(conn) for _, conn in seen}) == 1
+
+
+async def settled(handler: OneHopASGIHandler) -> None:
+    """Until the last request's thread is back among the idle ones."""
+    for _ in range(200):
+        if handler.threads.idle:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("the request's thread never came back")
+
+
+def test_a_thread_still_running_a_request_is_not_lent_to_the_next() -> None:
+    threads = RequestThreads(keep=4)
+    release = threading.Event()
+
+    async def scenario() -> None:
+        first = threads.borrow()
+        running = first.submit(release.wait, 10)  # a view whose client went away, still running
+        threads.give_back(first)
+        await asyncio.sleep(0.05)
+        assert threads.idle == []
+        assert threads.borrow() is not first
+        release.set()
+        await asyncio.wrap_future(running)
+        for _ in range(200):
+            if threads.idle:
+                break
+            await asyncio.sleep(0.01)
+        assert threads.idle == [first]
+
+    asyncio.run(scenario())
+
+
+def test_threads_beyond_those_kept_end_after_their_request() -> None:
+    threads = RequestThreads(keep=1)
+
+    async def scenario() -> list[ThreadPoolExecutor]:
+        lent = [threads.borrow(), threads.borrow()]
+        for executor in lent:
+            threads.give_back(executor)
+        for _ in range(200):
+            if threads.idle and all(executor._shutdown or executor in threads.idle for executor in lent):
+                break
+            await asyncio.sleep(0.01)
+        return lent
+
+    lent = asyncio.run(scenario())
+    assert len(threads.idle) == 1
+    (ended,) = [executor for executor in lent if executor not in threads.idle]
+    with pytest.raises(RuntimeError):
+        ended.submit(print)

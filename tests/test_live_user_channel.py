@@ -74,6 +74,9 @@ def user_socket(live: LiveStack, cookie: str) -> LiveSocket:
 # ---------------------------------------------------------------- the rings
 
 
+# Its reads go through channels' one database thread, which keeps the connection an earlier test
+# opened there (SQLite's connections are kept): checking that connection needs the database.
+@pytest.mark.django_db
 def test_the_rings_of_a_turns_start_make_one_read(monkeypatch: pytest.MonkeyPatch) -> None:
     # The submit rings, and run.started rings a few ms later: one read of the states, after
     # both, rather than one beside the runner's claim and another beside the first token.

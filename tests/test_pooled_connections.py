@@ -1,8 +1,10 @@
-"""The loop's pool threads (runs.live.reads.pooled) keep a usable SQLite connection between calls.
+"""Threads keep a usable SQLite connection between calls: the loop's pool threads
+(runs.live.reads.pooled), and the request threads (tests/test_http_handler.py).
 
 A socket's catch-up reads a page per call: on SQLite, reopening the connection for each (pragmas,
-the schema, a cold page cache) cost ~3 ms of a ~13 ms page. PostgreSQL's connections still go
-back to their pool after every call, and a connection left outside autocommit is never kept.
+the schema, a cold page cache) cost ~3 ms of a ~13 ms page. SQLite's connections are kept
+(settings, CONN_MAX_AGE None) when Django closes old connections; PostgreSQL's still go back to
+their pool after every call, and a connection left outside autocommit is never kept.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import close_old_connections, connection
 
-from runs.live.reads import pooled, release_connections
+from runs.live.reads import pooled
 from runs.models import Run
 
 # Each thread has its own connection, outside the test's transaction.
@@ -55,10 +57,10 @@ def test_pooled_calls_on_one_thread_share_its_sqlite_connection_and_release_othe
         assert found is None  # back to PostgreSQL's pool after each call
 
 
-def test_release_keeps_a_usable_sqlite_connection_and_closes_others() -> None:
+def test_closing_old_connections_keeps_a_usable_sqlite_connection_and_closes_others() -> None:
     def kept() -> bool:
         raw = connection_after_a_read()
-        release_connections()
+        close_old_connections()
         still = connection.connection is raw
         connection.close()
         return still
@@ -66,11 +68,11 @@ def test_release_keeps_a_usable_sqlite_connection_and_closes_others() -> None:
     assert in_a_thread(kept) is (connection.vendor == "sqlite")
 
 
-def test_release_closes_a_connection_left_outside_autocommit() -> None:
+def test_closing_old_connections_closes_one_left_outside_autocommit() -> None:
     def closed() -> bool:
         connection_after_a_read()
         connection.set_autocommit(False)
-        release_connections()
+        close_old_connections()
         return connection.connection is None
 
     assert in_a_thread(closed)

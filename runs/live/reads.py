@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import orjson
 from asgiref.sync import SyncToAsync
-from django.db import connections
+from django.db import close_old_connections
 from django.db.models import Count, Max, Q
 
 from intents.models import PendingIntent
@@ -256,7 +256,7 @@ def plan_subscription(session_id: int, after: dict[int, int], floor_before: int)
 
 def pooled[T](fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
     """`fn` in the event loop's thread pool, closing old connections around it as database_sync_to_async
-    does, except that a usable SQLite connection is kept (`release_connections`).
+    does (a usable SQLite connection is kept: settings, CONN_MAX_AGE).
 
     Not in the one thread that database_sync_to_async shares with every socket's handshake
     (channels' get_user): in a storm of 200 reconnects, the replays queued there held the
@@ -266,25 +266,11 @@ def pooled[T](fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
 
 
 class PooledCall(SyncToAsync):
-    """SyncToAsync whose worker thread releases the thread's connections before and after the call."""
+    """SyncToAsync whose worker thread closes the thread's old connections before and after the call."""
 
     def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
-        release_connections()
+        close_old_connections()
         try:
             return super().thread_handler(loop, *args, **kwargs)
         finally:
-            release_connections()
-
-
-def release_connections() -> None:
-    """close_old_connections, but this thread keeps a usable SQLite connection whatever its age.
-
-    The loop's pool threads live as long as the process, and an SQLite connection is a file
-    handle with no server behind it: opening one (pragmas, the schema, a cold page cache) cost
-    a 5,000-event catch-up page ~3 ms of its ~13 ms of CPU. One left outside autocommit, or
-    broken, is still closed.
-    """
-    for conn in connections.all(initialized_only=True):
-        if conn.vendor == "sqlite":
-            conn.close_at = None
-        conn.close_if_unusable_or_obsolete()
+            close_old_connections()
