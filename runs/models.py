@@ -158,6 +158,10 @@ class JournalEvent(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     terminal = models.BooleanField(default=False)
     payload = models.JSONField(default=dict, blank=True)
+    # The envelope's JSON text, spelled when the row was written, on SQLite only: building it
+    # there per row was most of a replay's cost. NULL on PostgreSQL, for older rows and for
+    # rows compaction rewrote; readers build those (docs/journal.md, "Reading").
+    envelope_json = models.TextField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["run_id", "seq"]

@@ -72,6 +72,7 @@ def append_unpublished(run_id: int, events: Sequence[NewEvent], **run_updates: A
                 for offset, event in enumerate(events, start=1)
             ],
             now,
+            {run_id: session_id},
         )
         updates: dict[str, Any] = dict(run_updates)
         if status == RunStatus.CANCELLING and updates.get("status") not in (None, *TERMINAL_STATES):

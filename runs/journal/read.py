@@ -6,9 +6,8 @@ run never reached is CursorAhead, one inside the compacted range CursorExpired.
 
 from __future__ import annotations
 
-import calendar
 import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -19,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from runs.journal.events import CursorAhead, CursorExpired
-from runs.journal.rows import saved_event, sql_for
+from runs.journal.rows import envelope_texts, saved_event, sql_for
 from runs.models import JournalEvent, Run
 
 
@@ -96,23 +95,31 @@ def read_encoded(
 
     Catch-up is the hottest read there is (a reconnecting client may ask for a whole
     run): decoding each payload only to encode it again costs more than the query.
-    PostgreSQL hands jsonb back as text and the epoch as a double; SQLite stores both
-    as text already. Each text parses to exactly `JournalEvent.envelope()`.
+    SQLite has the text stored with the row (or spells it, `_sqlite_envelope`);
+    PostgreSQL hands jsonb back as text and the epoch as a double, and `envelope_texts`
+    spells it. Each text parses to exactly `JournalEvent.envelope()`.
     """
     check_cursor(run, after_seq)
     limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
     if upto is not None:
         limit = min(limit, max(upto - after_seq, 1))
     where, params = _page_bounds(run, after_seq, limit)
-    vendor = connection.vendor
-    sql = sql_for(
-        f"SELECT {{seq}}, {{type}}, {_TIME_TEXT[vendor]}, {_TERMINAL[vendor]}, {_JSON_TEXT[vendor]} "
-        f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, limit])
-        fetched = cursor.fetchall()
-    rows = _envelope_texts(run, fetched, _epoch_of_stored_text if vendor == "sqlite" else None)
+    if connection.vendor == "sqlite":
+        sql = sql_for(
+            f"SELECT {{seq}}, CAST({{terminal}} AS INTEGER), {_sqlite_envelope()} "
+            f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*_envelope_parts(run), *params, limit])
+            rows = [(seq, bool(terminal), text) for seq, terminal, text in cursor.fetchall()]
+    else:
+        sql = sql_for(
+            "SELECT {seq}, {type}, EXTRACT(EPOCH FROM {created_at})::text, {terminal}, {payload}::text "
+            f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, limit])
+            rows = envelope_texts(run.pk, run.session_id, cursor.fetchall())
     last_seq, terminal, has_more = _page_state(run, after_seq, rows[-1][:2] if rows else None, upto)
     return EncodedPage(rows=rows, last_seq=last_seq, terminal=terminal, has_more=has_more)
 
@@ -152,10 +159,8 @@ def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -
     check_cursor(run, after_seq)
     limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
     where, params = _page_bounds(run, after_seq, limit)
-    head = f'{{"event_id":"{run.pk}:'
-    ids = f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
     with connection.cursor() as cursor:
-        cursor.execute(_sqlite_array_sql(where), [head, ids, *params, limit])
+        cursor.execute(_sqlite_array_sql(where), [*_envelope_parts(run), *params, limit])
         count, last, terminal, text = cursor.fetchone()
     last_seq, final, has_more = _page_state(run, after_seq, (last, bool(terminal)) if count else None)
     return EncodedArray(f"[{text}]" if count else "[]", last_seq, final, has_more)
@@ -164,24 +169,35 @@ def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -
 @lru_cache(maxsize=4)
 def _sqlite_array_sql(where: str) -> str:
     # The rows in seq order (the subquery's ORDER BY and LIMIT keep it from being flattened
-    # into the aggregate), each envelope exactly as `_envelope_texts` writes it: a test
-    # compares the two byte for byte. Only the last event of a run can be terminal.
-    envelope = (
+    # into the aggregate). Only the last event of a run can be terminal.
+    return sql_for(
+        "SELECT count(*), max(seq), max(terminal), group_concat(envelope, ',') FROM ("
+        f"SELECT {{seq}} AS seq, {{terminal}} AS terminal, {_sqlite_envelope()} AS envelope FROM {{event}} "
+        f"WHERE {where} ORDER BY {{seq}} LIMIT %s)"
+    )
+
+
+def _envelope_parts(run: Run) -> tuple[str, str]:
+    """`_sqlite_envelope`'s two parameters: the run's parts of an envelope's text."""
+    return f'{{"event_id":"{run.pk}:', f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
+
+
+@lru_cache(maxsize=1)
+def _sqlite_envelope() -> str:
+    # The text the row was written with, else (an older row, or one compaction rewrote) spelled
+    # exactly as `envelope_texts` spells it: a test compares the two byte for byte.
+    return (
+        "COALESCE({envelope_json}, "
         '%s || {seq} || \'","seq":\' || {seq} || %s || json_quote({type}) || \',"created_at":\' || '
         + _SQLITE_EPOCH
         + ' || CASE WHEN {terminal} THEN \',"terminal":true,"payload":\' '
-        "ELSE ',\"terminal\":false,\"payload\":' END || {payload} || '}}'"
-    )
-    return sql_for(
-        "SELECT count(*), max(seq), max(terminal), group_concat(envelope, ',') FROM ("
-        f"SELECT {{seq}} AS seq, {{terminal}} AS terminal, {envelope} AS envelope FROM {{event}} "
-        f"WHERE {where} ORDER BY {{seq}} LIMIT %s)"
+        "ELSE ',\"terminal\":false,\"payload\":' END || {payload} || '}}')"
     )
 
 
 # The whole seconds (strftime's %s is computed in milliseconds, rounded: it gets only those;
 # unixepoch, from SQLite 3.38, costs less), then the stored fraction as it is: what
-# `_epoch_of_stored_text` computes in Python.
+# `epoch_of_stored_text` computes in Python.
 _SQLITE_WHOLE_SECONDS = (
     "unixepoch(substr({created_at}, 1, 19))"
     if sqlite3.sqlite_version_info >= (3, 38)
@@ -191,59 +207,6 @@ _SQLITE_EPOCH = (
     f"({_SQLITE_WHOLE_SECONDS} || "
     "CASE WHEN length({created_at}) > 19 THEN substr({created_at}, 20, 7) ELSE '.0' END)"
 )
-
-
-def _envelope_texts(
-    run: Run, fetched: list[tuple[int, str, str, Any, str]], epoch: Callable[[str], str] | None
-) -> list[tuple[int, bool, str]]:
-    """(seq, terminal, envelope text) of fetched (seq, type, time text, terminal, payload text) rows.
-
-    One loop over the page with every per-run and per-type part made once: this is the
-    per-event cost of a replay. `epoch` turns the time column into a JSON number's text
-    (None: it is one already).
-    """
-    head = f'{{"event_id":"{run.pk}:'
-    ids = f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
-    types: dict[str, str] = {}
-    times: dict[str, str] = {}
-    rows: list[tuple[int, bool, str]] = []
-    for seq, type_, time, terminal, payload in fetched:
-        type_json = types.get(type_) or types.setdefault(type_, orjson.dumps(type_).decode())
-        created_at = time if epoch is None else (times.get(time) or times.setdefault(time, epoch(time)))
-        final = bool(terminal)
-        rows.append(
-            (
-                seq,
-                final,
-                f'{head}{seq}","seq":{seq}{ids}{type_json},"created_at":{created_at},'
-                f'"terminal":{"true" if final else "false"},"payload":{payload}}}',
-            )
-        )
-    return rows
-
-
-# The time column as text: PostgreSQL computes the epoch itself (a double's exact decimal);
-# SQLite's stored text is turned into one in Python (`_epoch_of_stored_text`), which costs
-# less than its strftime() per row. Expressions, not columns, so Django's SQLite converters
-# (datetime, bool) do not run per row.
-_TIME_TEXT = {"postgresql": "EXTRACT(EPOCH FROM {created_at})::text", "sqlite": "CAST({created_at} AS TEXT)"}
-_TERMINAL = {"postgresql": "{terminal}", "sqlite": "CAST({terminal} AS INTEGER)"}
-# PostgreSQL decodes jsonb into Python objects unless asked for its text; SQLite stores text.
-_JSON_TEXT = {"postgresql": "{payload}::text", "sqlite": "{payload}"}
-
-
-def _epoch_of_stored_text(stored: str) -> str:
-    """SQLite's stored "YYYY-MM-DD HH:MM:SS[.ffffff]" (naive UTC) as a JSON number: its epoch.
-
-    The exact decimal of the stored microseconds, so a JSON parser reads the same double as
-    `created_at.timestamp()` (both roundings are correct ones).
-    """
-    return _whole_seconds(stored[:19]) + (stored[19:26] or ".0")
-
-
-@lru_cache(maxsize=4096)
-def _whole_seconds(stored: str) -> str:
-    return str(calendar.timegm(datetime.fromisoformat(stored).timetuple()))
 
 
 def _parse_sqlite_datetime(value: Any) -> Any:

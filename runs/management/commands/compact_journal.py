@@ -46,7 +46,9 @@ def compact_run(run: Run) -> int:
             else:
                 keep = event if key else None
         for event in changed:
-            event.save(update_fields=["payload"])
+            # The text stored at write time spells the old payload: readers spell the new one.
+            event.envelope_json = None
+            event.save(update_fields=["payload", "envelope_json"])
         JournalEvent.objects.filter(pk__in=removed).delete()
         Run.objects.filter(pk=run.pk).update(compacted_through=run.last_seq)
         return len(removed)
