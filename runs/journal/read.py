@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection
 
 from runs.journal.events import CursorAhead, CursorExpired
-from runs.journal.rows import envelope_texts, saved_event, sql_for
+from runs.journal.rows import envelope_parts, envelope_texts, saved_event, sql_for
 from runs.models import JournalEvent, Run
 
 
@@ -110,7 +110,7 @@ def read_encoded(
             f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*_envelope_parts(run), *params, limit])
+            cursor.execute(sql, [*envelope_parts(run.pk, run.session_id), *params, limit])
             rows = [(seq, bool(terminal), text) for seq, terminal, text in cursor.fetchall()]
     else:
         sql = sql_for(
@@ -160,7 +160,7 @@ def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -
     limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
     where, params = _page_bounds(run, after_seq, limit)
     with connection.cursor() as cursor:
-        cursor.execute(_sqlite_array_sql(where), [*_envelope_parts(run), *params, limit])
+        cursor.execute(_sqlite_array_sql(where), [*envelope_parts(run.pk, run.session_id), *params, limit])
         count, last, terminal, text = cursor.fetchone()
     last_seq, final, has_more = _page_state(run, after_seq, (last, bool(terminal)) if count else None)
     return EncodedArray(f"[{text}]" if count else "[]", last_seq, final, has_more)
@@ -177,15 +177,11 @@ def _sqlite_array_sql(where: str) -> str:
     )
 
 
-def _envelope_parts(run: Run) -> tuple[str, str]:
-    """`_sqlite_envelope`'s two parameters: the run's parts of an envelope's text."""
-    return f'{{"event_id":"{run.pk}:', f',"run_id":{run.pk},"session_id":{run.session_id},"type":'
-
-
 @lru_cache(maxsize=1)
 def _sqlite_envelope() -> str:
     # The text the row was written with, else (an older row, or one compaction rewrote) spelled
-    # exactly as `envelope_texts` spells it: a test compares the two byte for byte.
+    # exactly as `envelope_texts` spells it (a test compares the two byte for byte), around the
+    # two parameters `envelope_parts` gives.
     return (
         "COALESCE({envelope_json}, "
         '%s || {seq} || \'","seq":\' || {seq} || %s || json_quote({type}) || \',"created_at":\' || '

@@ -124,8 +124,7 @@ def envelope_texts(
     (PostgreSQL). One loop over the page with every per-run and per-type part made once: this
     is the per-event cost of a replay. Each text parses to exactly `JournalEvent.envelope()`.
     """
-    head = f'{{"event_id":"{run_id}:'
-    ids = f',"run_id":{run_id},"session_id":{session_id},"type":'
+    head, ids = envelope_parts(run_id, session_id)
     types: dict[str, str] = {}
     spelled: list[tuple[int, bool, str]] = []
     for seq, type_, created_at, terminal, payload in fetched:
@@ -140,6 +139,12 @@ def envelope_texts(
             )
         )
     return spelled
+
+
+def envelope_parts(run_id: int, session_id: int) -> tuple[str, str]:
+    """A run's two parts of each envelope's text: what comes before the seq, and what comes
+    between the seq and the type (SQLite's reads splice the same two)."""
+    return f'{{"event_id":"{run_id}:', f',"run_id":{run_id},"session_id":{session_id},"type":'
 
 
 def epoch_of_stored_text(stored: str) -> str:
