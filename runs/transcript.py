@@ -537,14 +537,16 @@ def _event_rows(run: Run) -> Iterator[tuple[int, str, str | None, Any]]:
 
     Tuples from the driver, the payload parsed by orjson: model instances and the JSONField's
     json.loads were most of a long run's page (bench/README, issue 25), and the ORM's per-row
-    converters a fifth of a whole fold (round sixteen). A server-side cursor on PostgreSQL.
+    converters a fifth of a whole fold (round sixteen). A server-side cursor on PostgreSQL, as
+    the ORM's iterator takes, unless the database is set to do without (a transaction pooler).
     """
     text = "CAST({payload} AS TEXT)" if connection.vendor == "sqlite" else "{payload}::text"
     sql = sql_for(
         f"SELECT {{seq}}, {{type}}, {text}, {{terminal}} FROM {{event}} "
         "WHERE {run_id} = %s ORDER BY {seq}"
     )
-    with connection.chunked_cursor() as cursor:
+    plain = connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+    with connection.cursor() if plain else connection.chunked_cursor() as cursor:
         cursor.execute(sql, [run.pk])
         while rows := cursor.fetchmany(500):
             yield from rows

@@ -130,3 +130,17 @@ def test_the_kept_folds_stay_within_their_byte_limit() -> None:
     assert cache.spent == 80
     cache.put((9,), T.WholeFold({"items": []}, 101, []))  # larger than the whole cache: not kept
     assert (9,) not in cache.entries
+
+
+def test_a_fold_reads_the_same_without_server_side_cursors(
+    session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As behind a transaction pooler (DISABLE_SERVER_SIDE_CURSORS): the rows come whole, same fold.
+    from django.db import connection
+
+    run = finished(session)
+    streamed = T.fold_within(run, budget=None)
+    monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
+
+    assert T.fold_within(run, budget=None) == streamed
+    assert streamed[0] == T.materialize(run.events.order_by("seq"))
