@@ -3,7 +3,8 @@
 
 A copy of what the row says must never say something else: these prove the stored text parses to
 exactly the model's envelope and is byte for byte what a reader spells from the row's columns,
-for every way rows are written, at awkward times, and after compaction rewrites a payload.
+for every way rows are written, at awkward times, and after compaction rewrites a payload; and
+that a row whose payload is long keeps no copy.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 from django.db import transaction
 
 from runs import journal
+from runs.journal.rows import STORED_ENVELOPE_MAX_PAYLOAD
 from runs.management.commands.compact_journal import compact_run
 from runs.models import JournalEvent, Run
 from tests.factories import RunFactory, run_with_events
@@ -99,6 +101,17 @@ def test_the_time_is_stored_as_the_readers_spell_it_at_awkward_moments(at: datet
     assert json.loads(text)["created_at"] == at.timestamp()
     assert_same_envelopes([json.loads(text)], model_envelopes(run))
     assert f"[{text}]" == spelled_by_readers(run)
+
+
+@pytest.mark.sqlite
+def test_a_row_with_a_long_payload_keeps_no_copy_and_reads_the_same() -> None:
+    long = "x" * STORED_ENVELOPE_MAX_PAYLOAD
+    run = run_with_events([("tool.updated", {"output": long}), ("token.delta", {"delta": "short"})])
+
+    assert [text is None for text in stored(run)] == [True, False]
+    page = journal.read_encoded_array(run, 0).text
+    assert page == spelled_by_readers(run) == journal.read_encoded(run, 0).json_array()
+    assert_same_envelopes(json.loads(page), model_envelopes(run))
 
 
 @pytest.mark.sqlite

@@ -100,14 +100,21 @@ def insert(
     ]
 
 
+# On SQLite a row keeps its envelope's text only while its payload is at most this long: building
+# the rest of an envelope costs a replay about a microsecond a row, which matters beside a short
+# payload and not beside a long one, while the copy doubles the long one on disk.
+STORED_ENVELOPE_MAX_PAYLOAD = 2048
+
+
 def _stored_envelopes(
     rows: list[tuple[int, int, str, bool, Any]], payloads: list[str], epoch: str, sessions: Mapping[int, int]
-) -> list[str]:
-    """Each row's envelope text, in order: the rows of one run are spelled together."""
+) -> list[str | None]:
+    """Each row's envelope text to keep, in order (None: readers spell it); one run's rows together."""
     by_run: dict[int, list[int]] = {}
     for i, row in enumerate(rows):
-        by_run.setdefault(row[0], []).append(i)
-    texts = [""] * len(rows)
+        if len(payloads[i]) <= STORED_ENVELOPE_MAX_PAYLOAD:
+            by_run.setdefault(row[0], []).append(i)
+    texts: list[str | None] = [None] * len(rows)
     for run_id, places in by_run.items():
         fetched = [(rows[i][1], rows[i][2], epoch, rows[i][3], payloads[i]) for i in places]
         for i, (_, _, text) in zip(places, envelope_texts(run_id, sessions[run_id], fetched), strict=True):
