@@ -17,9 +17,12 @@ export class ReadingPosition {
     new ResizeObserver(() => this.followReader() && this.scrollToBottom()).observe(transcript);
   }
 
-  // Whether the stream is still followed: the view is where scrollToBottom put it (or at the bottom).
+  // Whether the stream is still followed: the view is at the bottom, or where it last was there
+  // (text grew below it since).
   followReader() {
-    this.stick = this.atBottom() || this.scroller.scrollTop >= this.autoScrollTop - 2;
+    const top = this.scroller.scrollTop;
+    if (this.atBottom()) this.autoScrollTop = top;
+    this.stick = top >= this.autoScrollTop - 2;
     if (!this.stick) this.autoScrollTop = Infinity; // from here, only the bottom sticks again
     return this.stick;
   }

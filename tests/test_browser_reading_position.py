@@ -1,0 +1,92 @@
+"""Where the reader is in a real browser (static/js/position.js, docs/ui.md "Scroll position"):
+text laid out after it arrived keeps a reader at the bottom there, and leaves one who scrolled up
+where they are.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from runs.models import Run
+from tests import factories
+from tests.support.browser import (  # noqa: F401 - fixtures
+    Workbench,
+    browser,
+    fixture_lease,
+    open_session,
+    screenshots,
+    workbench,
+)
+from tests.test_browser_long_sessions import settled_turn
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
+
+AT_BOTTOM = """() => {
+    const s = document.querySelector('[data-role=scroller]');
+    return s.scrollHeight - s.scrollTop - s.clientHeight < 24;
+}"""
+
+
+@pytest.fixture
+def session_with_turns(user: Any) -> tuple[Any, list[Run]]:
+    """A few settled turns, more than a screen and fewer than a page."""
+    session = factories.SessionFactory(project=factories.ProjectFactory(owner=user), title="Reading")
+    return session, [settled_turn(session, n) for n in range(6)]
+
+
+def scroll_to(page: Any, where: str) -> None:
+    """Scroll as the reader does, and wait until the page has heard of it (a scroll event)."""
+    page.evaluate(
+        """(where) => new Promise((done) => {
+            const s = document.querySelector('[data-role=scroller]');
+            s.addEventListener('scroll', () => requestAnimationFrame(() => done()), { once: true });
+            s.scrollTop = where === 'top' ? 0 : s.scrollHeight;
+        })""",
+        where,
+    )
+
+
+def grow_below(page: Any) -> None:
+    """Text laid out after it arrived (markdown rendered, text sized once shown): taller, no draw."""
+    page.evaluate(
+        """() => {
+            const turns = document.querySelectorAll('article.turn');
+            const tall = document.createElement('div');
+            tall.style.height = '900px';
+            turns[turns.length - 1].append(tall);
+        }"""
+    )
+
+
+def test_a_reader_back_at_the_bottom_follows_text_laid_out_below(
+    workbench: Workbench, session_with_turns: tuple[Any, list[Run]]
+) -> None:
+    session, runs = session_with_turns
+    page = workbench.new_page()
+    open_session(page, session.pk)
+    page.wait_for_selector(f"#run-{runs[-1].pk}[data-rendered='true']")
+    page.wait_for_function(AT_BOTTOM)
+
+    scroll_to(page, "top")
+    scroll_to(page, "bottom")
+    grow_below(page)
+
+    page.wait_for_function(AT_BOTTOM)
+
+
+def test_a_reader_who_scrolled_up_stays_where_they_are_when_text_grows_below(
+    workbench: Workbench, session_with_turns: tuple[Any, list[Run]]
+) -> None:
+    session, runs = session_with_turns
+    page = workbench.new_page()
+    open_session(page, session.pk)
+    page.wait_for_selector(f"#run-{runs[-1].pk}[data-rendered='true']")
+    page.wait_for_function(AT_BOTTOM)
+
+    scroll_to(page, "top")
+    grow_below(page)
+    page.evaluate("() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))")
+
+    assert page.evaluate("() => document.querySelector('[data-role=scroller]').scrollTop") == 0
