@@ -14,7 +14,6 @@ from tests import factories
 from tests.support.browser import (  # noqa: F401 - fixtures
     Workbench,
     browser,
-    fixture_lease,
     open_session,
     screenshots,
     workbench,
@@ -60,14 +59,19 @@ def grow_below(page: Any) -> None:
     )
 
 
-def test_a_reader_back_at_the_bottom_follows_text_laid_out_below(
-    workbench: Workbench, session_with_turns: tuple[Any, list[Run]]
-) -> None:
+@pytest.fixture
+def page_at_bottom(workbench: Workbench, session_with_turns: tuple[Any, list[Run]]) -> Any:
+    """The session open, rendered and read from the bottom, as it opens."""
     session, runs = session_with_turns
     page = workbench.new_page()
     open_session(page, session.pk)
     page.wait_for_selector(f"#run-{runs[-1].pk}[data-rendered='true']")
     page.wait_for_function(AT_BOTTOM)
+    return page
+
+
+def test_a_reader_back_at_the_bottom_follows_text_laid_out_below(page_at_bottom: Any) -> None:
+    page = page_at_bottom
 
     scroll_to(page, "top")
     scroll_to(page, "bottom")
@@ -76,14 +80,8 @@ def test_a_reader_back_at_the_bottom_follows_text_laid_out_below(
     page.wait_for_function(AT_BOTTOM)
 
 
-def test_a_reader_who_scrolled_up_stays_where_they_are_when_text_grows_below(
-    workbench: Workbench, session_with_turns: tuple[Any, list[Run]]
-) -> None:
-    session, runs = session_with_turns
-    page = workbench.new_page()
-    open_session(page, session.pk)
-    page.wait_for_selector(f"#run-{runs[-1].pk}[data-rendered='true']")
-    page.wait_for_function(AT_BOTTOM)
+def test_a_reader_who_scrolled_up_stays_where_they_are_when_text_grows_below(page_at_bottom: Any) -> None:
+    page = page_at_bottom
 
     scroll_to(page, "top")
     grow_below(page)

@@ -75,7 +75,7 @@ def insert(
             ids.update(((run_id, seq), pk) for pk, run_id, seq in cursor.fetchall())
         else:
             returning = connection.features.can_return_rows_from_bulk_insert
-            texts[:] = _stored_envelopes(rows, payloads, epoch_of_stored_text(created_at), sessions)
+            texts = _stored_envelopes(rows, payloads, epoch_of_stored_text(created_at), sessions)
             for start in range(0, len(rows), ROWS_PER_INSERT):
                 chunk = range(start, min(start + ROWS_PER_INSERT, len(rows)))
                 params: list[Any] = []

@@ -14,8 +14,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 import orjson
-from asgiref.sync import SyncToAsync
-from django.db import close_old_connections
+from channels.db import database_sync_to_async
 from django.db.models import Count, Max, Q
 
 from intents.models import PendingIntent
@@ -255,22 +254,11 @@ def plan_subscription(session_id: int, after: dict[int, int], floor_before: int)
 
 
 def pooled[T](fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
-    """`fn` in the event loop's thread pool, closing old connections around it as database_sync_to_async
-    does (a usable SQLite connection is kept: settings, CONN_MAX_AGE).
+    """`fn` as database_sync_to_async runs it (old connections closed around it; a usable SQLite
+    connection is kept: settings, CONN_MAX_AGE), but in the event loop's thread pool.
 
     Not in the one thread that database_sync_to_async shares with every socket's handshake
     (channels' get_user): in a storm of 200 reconnects, the replays queued there held the
     handshakes past daphne's 5 s (docs/reliability.md, reconnect storm).
     """
-    return PooledCall(fn, thread_sensitive=False)
-
-
-class PooledCall(SyncToAsync):
-    """SyncToAsync whose worker thread closes the thread's old connections before and after the call."""
-
-    def thread_handler(self, loop: Any, *args: Any, **kwargs: Any) -> Any:
-        close_old_connections()
-        try:
-            return super().thread_handler(loop, *args, **kwargs)
-        finally:
-            close_old_connections()
+    return database_sync_to_async(fn, thread_sensitive=False)
