@@ -28,6 +28,32 @@ export function clear(el) {
   return el;
 }
 
+// A click is a press and a release on one element: a redraw between the two (a frame arriving)
+// replaces the element, and the click is lost. `draw`, held while a pointer (or the Space key, which
+// clicks a button on its release) is down in `el`, and run once after the release's click.
+export function heldWhilePressed(el, draw) {
+  let pressed = false;
+  let held = false;
+  const release = () => {
+    if (!pressed) return;
+    pressed = false;
+    if (!held) return;
+    held = false;
+    // The click that completes this release is dispatched after it, in the same task.
+    setTimeout(() => (pressed ? (held = true) : draw()), 0);
+  };
+  el.addEventListener('pointerdown', () => (pressed = true));
+  el.addEventListener('keydown', (event) => {
+    if (event.key === ' ' && event.target.closest('button')) pressed = true;
+  });
+  for (const type of ['pointerup', 'pointercancel', 'keyup']) window.addEventListener(type, release, true);
+  window.addEventListener('blur', (event) => event.target === window && release());
+  return (...args) => {
+    if (pressed) held = true;
+    else draw(...args);
+  };
+}
+
 // Replace `old` by `fresh`, keeping which <details data-key> the user had opened or closed.
 export function swap(old, fresh) {
   if (!old) return fresh;

@@ -6,7 +6,7 @@
 // are shown without edit controls: they can no longer be taken back.
 
 import { api } from './api.js';
-import { h } from './dom.js';
+import { h, heldWhilePressed } from './dom.js';
 
 export class IntentsPanel {
   constructor(el, { act }) {
@@ -22,6 +22,8 @@ export class IntentsPanel {
     this.narrow = window.matchMedia('(max-width: 800px)');
     this.queueOpen = false;
     this.narrow.addEventListener('change', () => this.render());
+    // A session's snapshot redraws the cards: it waits while a card is being pressed (dom.js says why).
+    this.render = heldWhilePressed(el, () => this.draw());
   }
 
   setIntents(intents) {
@@ -43,7 +45,7 @@ export class IntentsPanel {
       .sort((a, b) => a.position - b.position || a.id - b.id);
   }
 
-  render() {
+  draw() {
     const focused = document.activeElement;
     const focusKey = this.el.contains(focused) ? focused.dataset.focusKey : null;
     const selection = focused?.tagName === 'TEXTAREA' ? [focused.selectionStart, focused.selectionEnd] : null;

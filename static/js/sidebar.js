@@ -6,7 +6,7 @@
 import { api, ApiError } from './api.js';
 import { archivedProjects, archivedSessions, isArchived, setProjectStatus, setSessionStatus } from './archive.js';
 import { alertDialog, confirmDialog } from './dialogs.js';
-import { h } from './dom.js';
+import { h, heldWhilePressed } from './dom.js';
 import { importDialog } from './import.js';
 import { editProjectDialog, launchDialog, newProjectDialog, workflowDialog } from './manage.js';
 
@@ -41,6 +41,16 @@ function liveBadges(session, state) {
     badges.push(h('span', { class: 'live-state failed', role: 'img', 'aria-label': label, title: label, text: 'failed' }));
   }
   return badges;
+}
+
+// What names a control across renders: its place (session, project) and its part, not its label
+// (a session's title is in its buttons' labels, and may have changed).
+function focusKey(el) {
+  const part = el.dataset.role || el.dataset.action || el.className || '';
+  const session = el.closest('[data-session-id]')?.dataset.sessionId ?? '';
+  const project = el.closest('[data-project-id]')?.dataset.projectId ?? '';
+  const archived = el.closest('.archived-projects, .archived-sessions')?.className ?? '';
+  return [el.tagName, part, session, project, archived].join('|');
 }
 
 export class Sidebar {
@@ -78,6 +88,8 @@ export class Sidebar {
       this.render();
     });
     root.querySelector('[data-role=new-project]').addEventListener('click', () => newProjectDialog());
+    // Every redraw waits while the user is pressing something in the list (dom.js says why).
+    this.render = heldWhilePressed(this.list, () => this.draw());
     this.render();
   }
 
@@ -142,7 +154,8 @@ export class Sidebar {
     this.render();
   }
 
-  render() {
+  draw() {
+    const focused = this.list.contains(document.activeElement) ? focusKey(document.activeElement) : null;
     const q = this.query;
     const items = [];
     const shelved = [];
@@ -168,6 +181,8 @@ export class Sidebar {
     };
     items.push(archivedProjects({ items: shelved, open: this.archivedProjectsOpen || !!q, onToggle: toggle }));
     this.list.replaceChildren(...items.filter(Boolean));
+    // The control that had the focus is redrawn too: the focus moves to its new copy.
+    if (focused) [...this.list.querySelectorAll('a, button, input')].find((el) => focusKey(el) === focused)?.focus({ preventScroll: true });
   }
 
   renderProject(project, sessions, open) {
