@@ -63,7 +63,9 @@ def test_a_click_whose_press_and_release_straddle_a_redraw_still_clicks(
     dialog.wait_for(state="detached")
 
 
-def test_a_redraw_keeps_the_focus_and_a_held_space_key(workbench: Workbench, sessions: tuple[Any, Any]) -> None:
+def test_a_redraw_keeps_the_focus_and_a_held_space_key(
+    workbench: Workbench, sessions: tuple[Any, Any]
+) -> None:
     here, background = sessions
     page = workbench.new_page()
     open_session(page, here.pk)
@@ -72,8 +74,8 @@ def test_a_redraw_keeps_the_focus_and_a_held_space_key(workbench: Workbench, ses
     needs_you(page, background).wait_for()
     # The list was drawn again, and the focus is on the new copy of the same control.
     focused = page.evaluate(
-        "() => [document.activeElement.dataset.action,"
-        " document.activeElement.closest('[data-session-id]')?.dataset.sessionId, document.activeElement.isConnected]"
+        "() => { const el = document.activeElement;"
+        " return [el.dataset.action, el.closest('[data-session-id]')?.dataset.sessionId, el.isConnected]; }"
     )
     assert focused == ["archive", str(background.pk), True]
 
