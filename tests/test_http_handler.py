@@ -13,6 +13,7 @@ from asgiref.sync import AsyncToSync
 from asgiref.testing import ApplicationCommunicator
 from django.core.handlers.asgi import ASGIHandler
 from django.db import connection
+from django.http import HttpResponse
 
 from hermesweb.handlers import OneHopASGIHandler, RequestThreads
 
@@ -80,6 +81,16 @@ def test_djangos_own_handler_goes_back_to_the_loop_inside_a_request(monkeypatch:
     start, _ = asyncio.run(get(ASGIHandler(), "/login/"))
     assert start["status"] == 200
     assert returns
+
+
+def test_a_large_body_goes_to_the_server_as_one_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # An events page is about 1 MB: Django's 64 KiB messages each crossed channels and Twisted.
+    page = b"[" + b",".join(b'{"seq":%d}' % seq for seq in range(40_000)) + b"]"
+    assert len(page) > 5 * 2**16
+    monkeypatch.setattr(OneHopASGIHandler, "get_response", lambda self, request: HttpResponse(page))
+    start, body = asyncio.run(get(OneHopASGIHandler(), "/login/"))
+    assert start["status"] == 200
+    assert body == {"type": "http.response.body", "body": page, "more_body": False}
 
 
 def served_by(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, Any]]:
