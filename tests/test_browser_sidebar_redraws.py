@@ -8,7 +8,7 @@ release; a redraw moves the focus to the new copy of the focused control. Design
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -19,14 +19,20 @@ from tests.support.browser import Workbench, browser, open_session, screenshots,
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.browser]
 
 
+class Opened(NamedTuple):
+    page: Any
+    here: Any  # the session the page shows
+    background: Any  # another session of the same project, whose turn asks for an approval
+
+
 @pytest.fixture
-def sessions(user: Any) -> tuple[Any, Any]:
-    """The session the page opens, and one in the same project whose turn asks for an approval."""
+def opened(workbench: Workbench, user: Any) -> Opened:
     project = factories.ProjectFactory(owner=user, name="Demo project")
-    return (
-        factories.SessionFactory(project=project, title="Open here"),
-        factories.SessionFactory(project=project, title="Background work"),
-    )
+    here = factories.SessionFactory(project=project, title="Open here")
+    background = factories.SessionFactory(project=project, title="Background work")
+    page = workbench.new_page()
+    open_session(page, here.pk)
+    return Opened(page, here, background)
 
 
 def needs_you(page: Any, session: Any) -> Any:
@@ -40,16 +46,9 @@ def background_asks(page: Any, background: Any) -> None:
     page.wait_for_function("() => document.title.startsWith('(1) ')")
 
 
-def test_a_click_whose_press_and_release_straddle_a_redraw_still_clicks(
-    workbench: Workbench, sessions: tuple[Any, Any]
-) -> None:
-    here, background = sessions
-    page = workbench.new_page()
-    open_session(page, here.pk)
-    gear = page.get_by_role("button", name="Edit project Demo project")
-    box = gear.bounding_box()
-    assert box is not None
-    page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+def test_a_click_whose_press_and_release_straddle_a_redraw_still_clicks(opened: Opened) -> None:
+    page, background = opened.page, opened.background
+    page.get_by_role("button", name="Edit project Demo project").hover()  # the pointer on its centre
     page.mouse.down()
     background_asks(page, background)
     # Held while the button is pressed: the element under the pointer is still the one pressed.
@@ -63,12 +62,8 @@ def test_a_click_whose_press_and_release_straddle_a_redraw_still_clicks(
     dialog.wait_for(state="detached")
 
 
-def test_a_redraw_keeps_the_focus_and_a_held_space_key(
-    workbench: Workbench, sessions: tuple[Any, Any]
-) -> None:
-    here, background = sessions
-    page = workbench.new_page()
-    open_session(page, here.pk)
+def test_a_redraw_keeps_the_focus_and_a_held_space_key(opened: Opened) -> None:
+    page, here, background = opened
     page.locator(f".session[data-session-id='{background.pk}'] [data-action='archive']").focus()
     background_asks(page, background)
     needs_you(page, background).wait_for()
