@@ -91,6 +91,36 @@ def test_the_pickers_choose_the_mode_and_model_of_the_next_turn(workbench: Workb
     workbench.screenshot(phone, "pickers-phone")
 
 
+def test_a_snapshot_that_changes_no_choice_leaves_the_lists_as_drawn(
+    workbench: Workbench, session: Any
+) -> None:
+    # Every snapshot of the session reached the pickers, and each drew the lists again: one landing
+    # while the user had the Mode list open pulled it from under them.
+    page = workbench.new_page()
+    open_session(page, session.pk)
+    send(page, "fast hello")
+    wait_settled(page, 1)
+    page.wait_for_function("() => !document.querySelector('[data-role=mode-picker]').disabled")
+    page.evaluate(
+        """() => {
+            const lists = '[data-role=mode-picker] option, #model-options option';
+            for (const o of document.querySelectorAll(lists)) o.dataset.drawn = 'before';
+            const shown = window.hermesweb.onSession;
+            window.snapshotModes = [];
+            window.hermesweb.onSession = (s) => { window.snapshotModes.push(s.mode); shown(s); };
+        }"""
+    )
+    mode_picker(page).select_option("accept_edits")
+    # The session's snapshot with the new mode has been shown: the same choices, the same lists.
+    page.wait_for_function("() => window.snapshotModes.includes('accept_edits')")
+    drawn = page.evaluate(
+        "() => [...document.querySelectorAll('[data-role=mode-picker] option, #model-options option')]"
+        ".map((o) => o.dataset.drawn || 'again')"
+    )
+    assert drawn == ["before"] * 4
+    assert mode_picker(page).input_value() == "accept_edits"
+
+
 def test_a_refused_choice_is_shown_and_the_picker_keeps_the_sessions_mode(
     workbench: Workbench, session: Any
 ) -> None:

@@ -42,12 +42,18 @@ export class Pickers {
     const choices = modes.map((m) => ({ id: m.id, name: m.name || m.id, description: m.description || '' }));
     if (mode && !choices.some((m) => m.id === mode)) choices.unshift({ id: mode, name: `${mode} (not offered)`, description: '' });
     if (!mode) choices.unshift({ id: '', name: "Agent's default", description: '' });
-    this.select.replaceChildren(...choices.map((m) => h('option', { value: m.id, title: m.description || null, text: m.name })));
+    // Every snapshot of the session lands here: the options are drawn again only when they change,
+    // so a list the user has open is not pulled from under them.
+    const drawn = JSON.stringify([choices, models]);
+    if (drawn !== this.drawn) {
+      this.drawn = drawn;
+      this.select.replaceChildren(...choices.map((m) => h('option', { value: m.id, title: m.description || null, text: m.name })));
+      this.options.replaceChildren(...models.map((m) => h('option', { value: m.id, text: m.name || m.id })));
+    }
     this.select.value = mode;
     this.select.disabled = !modes.length;
     const current = choices.find((m) => m.id === mode);
     this.select.title = modes.length ? current?.description || '' : 'The agent reports its modes with the first turn.';
-    this.options.replaceChildren(...models.map((m) => h('option', { value: m.id, text: m.name || m.id })));
     // Not while the user types a model: a snapshot arriving then must not undo the typing.
     if (document.activeElement !== this.input) this.input.value = model;
   }
