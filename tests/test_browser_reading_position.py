@@ -28,6 +28,12 @@ AT_BOTTOM = """() => {
 }"""
 
 
+OVERFLOWS = """() => {
+    const s = document.querySelector('[data-role=scroller]');
+    return s.scrollHeight - s.clientHeight > 200;
+}"""
+
+
 @pytest.fixture
 def session_with_turns(user: Any) -> tuple[Any, list[Run]]:
     """A few settled turns, more than a screen and fewer than a page."""
@@ -36,15 +42,20 @@ def session_with_turns(user: Any) -> tuple[Any, list[Run]]:
 
 
 def scroll_to(page: Any, where: str) -> None:
-    """Scroll as the reader does, and wait until the page has heard of it (a scroll event)."""
-    page.evaluate(
+    """Scroll as the reader does, and wait until the page has heard of it (a scroll event).
+
+    A view already there sends no scroll event: said at once, not waited on for ever."""
+    moved = page.evaluate(
         """(where) => new Promise((done) => {
             const s = document.querySelector('[data-role=scroller]');
-            s.addEventListener('scroll', () => requestAnimationFrame(() => done()), { once: true });
-            s.scrollTop = where === 'top' ? 0 : s.scrollHeight;
+            const target = where === 'top' ? 0 : s.scrollHeight - s.clientHeight;
+            if (Math.abs(s.scrollTop - target) < 1) return done(false);
+            s.addEventListener('scroll', () => requestAnimationFrame(() => done(true)), { once: true });
+            s.scrollTop = target;
         })""",
         where,
     )
+    assert moved, f"the view was at the {where} already"
 
 
 def grow_below(page: Any) -> None:
@@ -66,7 +77,8 @@ def page_at_bottom(workbench: Workbench, session_with_turns: tuple[Any, list[Run
     page = workbench.new_page()
     open_session(page, session.pk)
     page.wait_for_selector(f"#run-{runs[-1].pk}[data-rendered='true']")
-    page.wait_for_function(AT_BOTTOM)
+    # Taller than the view, then at its bottom: turns still drawn plain may be short at first.
+    page.wait_for_function(f"() => ({OVERFLOWS})() && ({AT_BOTTOM})()")
     return page
 
 
