@@ -21,11 +21,13 @@ from channels.sessions import CookieMiddleware  # noqa: E402
 
 from hermesweb.auth import SocketSessionMiddleware  # noqa: E402
 from hermesweb.origins import SameOriginValidator  # noqa: E402
+from hermesweb.static_assets import StaticFiles, warm  # noqa: E402
 from runs.live.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": BodyLimit(django_asgi_app),
+        # CSS and modules from memory, before any middleware (docs/ui.md, "Loading").
+        "http": StaticFiles(BodyLimit(django_asgi_app)),
         # The origin check (scheme, host and port) stops another site's page, or another port's,
         # from riding the user's session cookie.
         "websocket": SameOriginValidator(
@@ -33,6 +35,7 @@ application = ProtocolTypeRouter(
         ),
     }
 )
+warm()
 # What is loaded by now lives as long as the process: kept out of the collector's full passes,
 # which otherwise walk all of it (~100k objects, tens of ms) in the middle of live delivery.
 gc.freeze()

@@ -215,6 +215,11 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # `{% static %}` URLs carry the file's version, so browsers may keep them (docs/ui.md, "Loading").
+    "staticfiles": {"BACKEND": "hermesweb.static_assets.VersionedStaticStorage"},
+}
 
 # Product settings.
 (DATA_DIR / "projects").mkdir(exist_ok=True)

@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path, re_path
+from django.urls import path
 
 from hermesweb import views
 from hermesweb.api import api
@@ -14,8 +14,4 @@ urlpatterns = [
     path("sessions/<int:session_id>/", views.session_page, name="session"),
     path("sessions/<int:session_id>/fragment", views.session_fragment, name="session-fragment"),
     path("sessions/<int:session_id>/runs/<int:run_id>/fragment", views.run_fragment, name="run-fragment"),
-    # daphne serves the app alone (no nginx in front): the workbench's CSS and
-    # ES modules come from STATICFILES_DIRS through Django, with Last-Modified
-    # revalidation. A deployment with a static file server can shadow this.
-    re_path(r"^static/(?P<path>.+)$", views.static_file),
 ]

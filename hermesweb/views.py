@@ -13,7 +13,6 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
-from django.contrib.staticfiles.views import serve as serve_static
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
 from django.shortcuts import redirect, render
 from django.utils.html import format_html, format_html_join
@@ -22,6 +21,7 @@ from django.views.decorators.http import require_GET
 
 from hermesweb.errors import MAX_ID
 from hermesweb.preload import module_closure
+from hermesweb.static_assets import import_map, page_modules
 from projects.api import with_active_run
 from projects.models import Project, Session
 from projects.schemas import ProjectOut, SessionOut, WorkflowOut
@@ -29,22 +29,30 @@ from runs.markdown import render_markdown
 from runs.models import TERMINAL_STATUSES, JournalEvent, Run
 from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, PagedTurn, materialize, newest_turns, page_turns
 
-# The workbench needs nothing from anywhere else; inline script is refused
-# even if a sanitizer ever let some through. `connect-src 'self'` covers the
-# same-origin WebSocket in CSP Level 3 browsers.
-CONTENT_SECURITY_POLICY = "; ".join(
-    [
-        "default-src 'self'",
-        "script-src 'self'",
-        "style-src 'self'",
-        "img-src 'self' data:",
-        "connect-src 'self'",
-        "object-src 'none'",
-        "base-uri 'none'",
-        "frame-ancestors 'none'",
-        "form-action 'self'",
-    ]
-)
+
+def content_security_policy(*scripts: str) -> str:
+    """The pages' CSP; `scripts`: the one inline script allowed by its hash (the import map).
+
+    The workbench needs nothing from anywhere else; any other inline script is refused even if
+    a sanitizer ever let some through. `connect-src 'self'` covers the same-origin WebSocket in
+    CSP Level 3 browsers.
+    """
+    return "; ".join(
+        [
+            "default-src 'self'",
+            " ".join(["script-src 'self'", *scripts]),
+            "style-src 'self'",
+            "img-src 'self' data:",
+            "connect-src 'self'",
+            "object-src 'none'",
+            "base-uri 'none'",
+            "frame-ancestors 'none'",
+            "form-action 'self'",
+        ]
+    )
+
+
+CONTENT_SECURITY_POLICY = content_security_policy()
 SIDEBAR_SESSIONS = 200
 # The workbench page's entry modules (templates/workbench.html): their imports are preloaded.
 ENTRY_MODULES = ("js/main.js", "js/fork.js")
@@ -89,13 +97,17 @@ def _page(request: HttpRequest, project: Project | None, session: Session | None
         "attachment_max_bytes": settings.HERMESWEB_ATTACHMENT_MAX_BYTES,
     }
     title = (session.title if session else "") or (project.name if project else "")
+    modules = import_map(page_modules())
     context = {
         "data": data,
         "page_title": title,
         "session_id": session.pk if session else None,
+        "import_map": mark_safe(modules.text),  # JSON with no "<" (static_assets.import_map)
         "preload_modules": module_closure(*ENTRY_MODULES),
     }
-    return render(request, "workbench.html", context)
+    response = render(request, "workbench.html", context)
+    response.headers["Content-Security-Policy"] = content_security_policy(modules.csp_source)
+    return response
 
 
 @require_GET
@@ -222,14 +234,3 @@ def session_fragment(request: HttpRequest, session_id: int) -> HttpResponse:
     # Only complete turns are rendered: a turn plainly too large is answered from its size alone.
     page = newest_turns(session.pk, before=before, limit=limit, budget=_budget(), cut_states=False)
     return _fragment_response(turn for turn in page.turns if turn.run.status in TERMINAL_STATUSES)
-
-
-def static_file(request: HttpRequest, path: str) -> HttpResponse:
-    """CSS and ES modules, revalidated on every load.
-
-    Module imports carry no content hash (there is no build step), so a cached
-    copy must never outlive an upgrade; a 304 keeps revalidation cheap.
-    """
-    response = serve_static(request, path, insecure=True)
-    response.headers["Cache-Control"] = "no-cache"
-    return response

@@ -171,19 +171,6 @@ def test_a_run_of_another_session_has_no_fragment_here(api: Client, project: Any
     assert api.get(f"/sessions/{one.pk}/runs/{run.pk}/fragment").status_code == 404
 
 
-def test_static_modules_are_served_and_revalidated(anonymous: Client) -> None:
-    response = anonymous.get("/static/js/main.js")
-    assert response.status_code == 200
-    assert response["Cache-Control"] == "no-cache"
-    assert b"import" in b"".join(response.streaming_content)
-    assert anonymous.get("/static/js/nope.js").status_code == 404
-
-
-def test_static_paths_cannot_climb_out(anonymous: Client) -> None:
-    client = Client(raise_request_exception=False)
-    assert client.get("/static/js/../../hermesweb/settings.py").status_code in (400, 404)
-
-
 def test_a_session_page_offers_its_transcript_as_markdown_and_json(api: Client, user: Any) -> None:
     session = factories.SessionFactory(project__owner=user)
     html = api.get(f"/sessions/{session.pk}/").content.decode()
