@@ -28,30 +28,53 @@ export function clear(el) {
   return el;
 }
 
+// What a pointer, or the Space key on a button or summary (which click on their release), is
+// pressed on; null when nothing is. One tracker for the page: a view made per turn adds no
+// listener of its own, so none outlives it.
+let pressed = null;
+const afterRelease = new Set();
+
+function release() {
+  if (!pressed) return;
+  pressed = null;
+  if (!afterRelease.size) return;
+  // The click that completes this release is dispatched after it, in the same task.
+  setTimeout(() => {
+    const waiting = [...afterRelease];
+    afterRelease.clear();
+    for (const run of waiting) run();
+  }, 0);
+}
+
+window.addEventListener('pointerdown', (event) => (pressed = event.target), true);
+window.addEventListener(
+  'keydown',
+  (event) => {
+    if (event.key === ' ' && event.target.closest?.('button, summary')) pressed = event.target;
+  },
+  true,
+);
+for (const type of ['pointerup', 'pointercancel', 'keyup']) window.addEventListener(type, release, true);
+window.addEventListener('blur', (event) => event.target === window && release());
+
 // A click is a press and a release on one element: a redraw between the two (a frame arriving)
-// replaces the element, and the click is lost. `draw`, held while a pointer (or the Space key, which
-// clicks a button on its release) is down in `el`, and run once after the release's click.
+// replaces the element, and the click is lost. `draw`, held while something in `el` is pressed,
+// and run once, without arguments, after the release's click.
 export function heldWhilePressed(el, draw) {
-  let pressed = false;
-  let held = false;
-  const release = () => {
-    if (!pressed) return;
-    pressed = false;
-    if (!held) return;
-    held = false;
-    // The click that completes this release is dispatched after it, in the same task.
-    setTimeout(() => (pressed ? (held = true) : draw()), 0);
+  let waiting = false;
+  const later = () => {
+    waiting = false;
+    render();
   };
-  el.addEventListener('pointerdown', () => (pressed = true));
-  el.addEventListener('keydown', (event) => {
-    if (event.key === ' ' && event.target.closest('button')) pressed = true;
-  });
-  for (const type of ['pointerup', 'pointercancel', 'keyup']) window.addEventListener(type, release, true);
-  window.addEventListener('blur', (event) => event.target === window && release());
-  return (...args) => {
-    if (pressed) held = true;
-    else draw(...args);
+  const render = (...args) => {
+    if (pressed && el.contains(pressed)) {
+      if (!waiting) afterRelease.add(later);
+      waiting = true;
+      return;
+    }
+    draw(...args);
   };
+  return render;
 }
 
 // Replace `old` by `fresh`, keeping which <details data-key> the user had opened or closed.

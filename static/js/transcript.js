@@ -8,7 +8,7 @@
 
 import { api, NetworkError } from './api.js';
 import { renderAttachmentList } from './attachments.js';
-import { copyText, formatTokens, h, humanize, swap } from './dom.js';
+import { copyText, formatTokens, h, heldWhilePressed, humanize, swap } from './dom.js';
 import { LiveMarkdown, showMarkdown, showServerHtml } from './markdown.js';
 import { applyEvent, emptyState, indexItems, relink, TERMINAL_STATES } from './runstate.js';
 import { RENDERERS } from './transcript-items.js';
@@ -59,6 +59,16 @@ const BANNERS = {
   interrupted: 'Interrupted',
 };
 
+// The control inside `node` that has the focus, as a selector its redrawn twin answers to (a
+// fold's button by its key, a <details>' summary by the details' key); null when there is none.
+function focusedControl(node) {
+  const active = document.activeElement;
+  if (!active || active === node || !node.contains(active)) return null;
+  if (active.dataset?.foldKey) return `[data-fold-key="${CSS.escape(active.dataset.foldKey)}"]`;
+  const details = active.closest('details[data-key]');
+  if (active.tagName === 'SUMMARY' && details) return `details[data-key="${CSS.escape(details.dataset.key)}"] > summary`;
+  return null;
+}
 
 // Keep `node` at `top` in the view while what was put above it is laid out: plain text is sized
 // only once near the view (.md.plain's content-visibility), a frame or two after it is added.
@@ -109,6 +119,10 @@ export class TurnView {
     this.loadingEarlier = null;
     this.drawnAt = performance.now();
     this.el = this.build();
+    // Items whose redraw waits for a press inside the turn to end: a card redrawn under the
+    // pointer (a tool's output streaming) would lose the click on its fold (dom.js).
+    this.held = new Set();
+    this.redrawSoon = heldWhilePressed(this.el, (item, index) => this.redrawNow(item, index));
     for (const item of this.state.items) this.dirty.add(item);
     this.flush();
   }
@@ -379,8 +393,29 @@ export class TurnView {
     if (item.kind === 'clarify' && node.dataset.resolved === String(!!item.resolved) && !this.terminal) {
       return; // keep what the user is typing
     }
+    this.held.add(item);
+    this.redrawSoon(item, index);
+  }
+
+  // `item` now, or, after a press (no item), every item the press held.
+  redrawNow(item, index) {
+    if (item === undefined) {
+      for (const waiting of this.held) this.redraw(waiting);
+      this.held.clear();
+      return;
+    }
+    this.held.delete(item);
+    this.swapItem(item, index);
+  }
+
+  // The item drawn again, with the focus (a fold's button or summary) on its new twin.
+  swapItem(item, index) {
+    const node = this.nodes.get(item);
+    if (!node) return;
+    const focused = focusedControl(node);
     const fresh = swap(node, this.renderItem(item, index));
     this.nodes.set(item, fresh);
+    if (focused) fresh.querySelector(focused)?.focus({ preventScroll: true });
   }
 
   renderRunParts() {
@@ -444,10 +479,7 @@ export class TurnView {
 
   // Redraw one item now (an answer to a control came back).
   redraw(item) {
-    const node = this.nodes.get(item);
-    if (!node) return;
-    const fresh = swap(node, this.renderItem(item, this.state.items.indexOf(item)));
-    this.nodes.set(item, fresh);
+    this.swapItem(item, this.state.items.indexOf(item));
   }
 
   // A clarify form is not redrawn while open (it would drop what the user typed): patch it in place.
