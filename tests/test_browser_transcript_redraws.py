@@ -47,7 +47,7 @@ def streaming(workbench: Workbench, user: Any) -> Streaming:
         run.pk,
         [
             NewEvent("run.started", {"status": "running"}),
-            NewEvent("tool.started", {"tool_call_id": "t1", "title": "pytest", "kind": "execute"}),
+            NewEvent("tool.started", {"tool_call_id": "t1", "title": "pytest", "tool_kind": "execute"}),
             NewEvent("tool.updated", {"tool_call_id": "t1", "status": "in_progress", "output": "line 1"}),
         ],
     )

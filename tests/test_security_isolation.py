@@ -75,7 +75,6 @@ NOT_OBJECT_SCOPED = {
     "admin/": "the staff console, where staff inspect others' runs by design: test_the_admin_* below",
     "login/": "the sign-in form; a POST counts toward the lockout (tests/test_security_login.py)",
     "logout/": "signs the caller out",
-    "^static/(?P<path>.+)$": "the workbench's CSS and ES modules, the same files for everyone",
     "": "the index page: a redirect to the caller's own last project",
     "api/": "the API root: a 404 that names the docs",
     "api/docs": "the OpenAPI page",
