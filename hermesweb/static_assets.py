@@ -15,6 +15,7 @@ takes it), without Django's middleware: no static file carries anything of a use
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import json
@@ -141,8 +142,13 @@ def import_map(modules: tuple[str, ...]) -> ImportMap:
     return ImportMap(text, f"'sha256-{digest}'")
 
 
+@functools.cache
 def page_modules() -> tuple[str, ...]:
-    """Every ES module under the static root: those a page imports, and those it imports later."""
+    """Every ES module under the static root: those a page imports, and those it imports later.
+
+    Listed once per process, as `preload.module_closure` reads the imports once: a new module
+    needs a restart, a changed one does not (`asset` reads its version again).
+    """
     return tuple(path for path in _own_files() if path.endswith(".js"))
 
 
