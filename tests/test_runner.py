@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import transaction
 
 from runs.controls import do_cancel, do_respond_approval, do_respond_clarify
 from runs.models import Run, RunStatus
@@ -91,8 +92,11 @@ def test_token_deltas_are_coalesced_into_fewer_rows_than_chunks(runner: Proc, se
 def test_cancel_mid_stream_keeps_partial_text_and_ends_cancelled_once(runner: Proc, session: Any) -> None:
     run = run_of(submit(session, "hold"))
     wait_event(run, "token.delta")
-    first = do_cancel(run)
-    again = do_cancel(run)
+    # Both in one transaction: the runner is rung only at its commit, so the repeat meets the
+    # pending cancel rather than, on a quick runner, the run already ended (`not_active`).
+    with transaction.atomic():
+        first = do_cancel(run)
+        again = do_cancel(run)
     assert (first.status, again.status) == ("accepted", "duplicate")
     wait_status(run, RunStatus.CANCELLED, log=runner.log)
     assert_journal_well_formed(run)
