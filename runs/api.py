@@ -213,7 +213,8 @@ def run_events(
     """A page of the run's journal after a cursor (`after_seq`, else `Last-Event-ID`, else 0).
 
     409 `cursor_ahead` for a cursor the run never reached; 410 `cursor_expired`
-    when those events were compacted away — reload the transcript then.
+    when those events were compacted away — reload the transcript then. While `has_more`,
+    a `Link: <…>; rel="next"` header names the next page.
     """
     run = get_visible(Run.objects, request.auth, id, "run")
     cursor = after_seq if after_seq is not None else _cursor_from_header(run, last_event_id)
@@ -231,7 +232,12 @@ def run_events(
         f'{{"run_id":{run.pk},"events":{page.text},"last_seq":{page.last_seq},'
         f'"terminal":{_json_bool(page.terminal)},"has_more":{_json_bool(page.has_more)}}}'
     )
-    return HttpResponse(body, content_type="application/json")
+    response = HttpResponse(body, content_type="application/json")
+    if page.has_more:
+        # RFC 8288's next link: a client can ask for the next page before it parses this one.
+        limit_part = f"&limit={limit}" if limit is not None else ""
+        response["Link"] = f'<{request.path}?after_seq={page.next_after}{limit_part}>; rel="next"'
+    return response
 
 
 @router.get("/runs/{id}/items", response={200: RunItemsOut, 409: ErrorOut}, tags=["runs"])

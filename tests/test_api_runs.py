@@ -157,6 +157,25 @@ def test_events_come_in_pages_with_has_more(api: Client, session: Any) -> None:
     assert last["has_more"] is False
 
 
+def test_following_the_next_links_reads_every_event_once_in_order(api: Client, session: Any) -> None:
+    run = running(session, *[("progress", {"text": str(i)}) for i in range(9)], ("done", {"state": "completed"}))
+    url: str | None = f"/api/runs/{run.pk}/events?limit=4"
+    seqs, links = [], []
+    while url is not None:
+        response = api.get(url)
+        seqs += [event["seq"] for event in response.json()["events"]]
+        link = response.headers.get("Link")
+        links.append(link)
+        url = link.removeprefix("<").split(">;")[0] if link else None
+
+    assert seqs == list(range(1, 12))
+    assert links == [
+        f'</api/runs/{run.pk}/events?after_seq=4&limit=4>; rel="next"',
+        f'</api/runs/{run.pk}/events?after_seq=8&limit=4>; rel="next"',
+        None,  # the last page: has_more is false
+    ]
+
+
 def test_the_page_size_is_capped_by_the_server(api: Client, session: Any, settings: Any) -> None:
     settings.HERMESWEB_EVENTS_PAGE_MAX = 2
     run = running(session, ("progress", {}), ("progress", {}))

@@ -145,6 +145,7 @@ class EncodedArray:
     last_seq: int
     terminal: bool
     has_more: bool
+    next_after: int  # the cursor for the page after this one: its last seq (or the request's, if empty)
 
 
 def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -> EncodedArray:
@@ -155,7 +156,8 @@ def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -
     """
     if connection.vendor != "sqlite":
         page = read_encoded(run, after_seq, limit)
-        return EncodedArray(page.json_array(), page.last_seq, page.terminal, page.has_more)
+        next_after = page.rows[-1][0] if page.rows else after_seq
+        return EncodedArray(page.json_array(), page.last_seq, page.terminal, page.has_more, next_after)
     check_cursor(run, after_seq)
     limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
     where, params = _page_bounds(run, after_seq, limit)
@@ -163,7 +165,8 @@ def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -
         cursor.execute(_sqlite_array_sql(where), [*envelope_parts(run.pk, run.session_id), *params, limit])
         count, last, terminal, text = cursor.fetchone()
     last_seq, final, has_more = _page_state(run, after_seq, (last, bool(terminal)) if count else None)
-    return EncodedArray(f"[{text}]" if count else "[]", last_seq, final, has_more)
+    text = f"[{text}]" if count else "[]"
+    return EncodedArray(text, last_seq, final, has_more, next_after=last if count else after_seq)
 
 
 @lru_cache(maxsize=4)
