@@ -246,6 +246,9 @@ HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, mi
 # A page costs the same request handling whatever its size, so large pages let the polling API
 # replay near the database's own pace (bench/README.md, replay).
 HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 5000, minimum=1)
+# …and a polling API page ends once its payloads reach this many characters (at least one event
+# a page): 5,000 events of 64 KiB tool output would be hundreds of MB in one answer.
+HERMESWEB_EVENTS_PAGE_CHARS = env_int("HERMESWEB_EVENTS_PAGE_CHARS", 4 * 1024 * 1024, minimum=1024)
 # Open (waiting) intents per session; a submit past it answers 422 `queue_full`.
 HERMESWEB_MAX_QUEUED_INTENTS = env_int("HERMESWEB_MAX_QUEUED_INTENTS", 50, minimum=1)
 # One uploaded attachment's size (docs/security.md, "Attachments"); past it, 413 `attachment_too_large`.

@@ -158,7 +158,9 @@ def test_events_come_in_pages_with_has_more(api: Client, session: Any) -> None:
 
 
 def test_following_the_next_links_reads_every_event_once_in_order(api: Client, session: Any) -> None:
-    run = running(session, *[("progress", {"text": str(i)}) for i in range(9)], ("done", {"state": "completed"}))
+    run = running(
+        session, *[("progress", {"text": str(i)}) for i in range(9)], ("done", {"state": "completed"})
+    )
     url: str | None = f"/api/runs/{run.pk}/events?limit=4"
     seqs, links = [], []
     while url is not None:

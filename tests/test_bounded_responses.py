@@ -2,8 +2,9 @@
 
 The transcript and the session's fragments come a page of turns at a time (newest first, `before`
 cursor, `has_more`), each page also stopping at HERMESWEB_TRANSCRIPT_PAGE_BYTES; a single run
-larger than that comes cut short (`complete` false) and is read on from its events. The export
-streams a run at a time.
+larger than that comes cut short (`complete` false) and is read on from its events. A page of
+a run's events also stops at HERMESWEB_EVENTS_PAGE_CHARS of payloads. The export streams a run
+at a time.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ import orjson
 import pytest
 from django.test import Client
 
+from runs import journal
 from runs import transcript as transcript_pages
+from runs.models import Run
 from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, materialize
 from tests import factories
 from tests.support.live import LiveStack, layer, live  # noqa: F401
@@ -133,6 +136,77 @@ def test_a_lone_cut_turn_says_no_older_turns_exist(api: Client, session: Any, se
 
     assert [(t["run_id"], t["complete"]) for t in body["turns"]] == [(huge.pk, False)]
     assert body["has_more"] is False and body["before"] is None
+
+
+# ---------------------------------------------------------------- a run's events
+
+
+def event_pages(api: Client, run: Any) -> list[list[dict[str, Any]]]:
+    """Every page of the run's events from seq 0, following each page's next link."""
+    url: str | None = f"/api/runs/{run.pk}/events"
+    pages = []
+    while url is not None:
+        response = api.get(url)
+        assert response.status_code == 200, response.content
+        pages.append(response.json()["events"])
+        link = response.headers.get("Link")
+        url = link.removeprefix("<").split(">;")[0] if link else None
+    return pages
+
+
+def payload_chars(events: list[dict[str, Any]]) -> int:
+    return sum(len(orjson.dumps(event["payload"])) for event in events)
+
+
+def test_an_events_page_stops_once_its_payloads_reach_the_page_chars(
+    api: Client, session: Any, settings: Any
+) -> None:
+    settings.HERMESWEB_EVENTS_PAGE_CHARS = 64 * KIB
+    run = settled(session, "z" * 16 * KIB, deltas=20)  # 20 deltas of 16 KiB, then done
+
+    pages = event_pages(api, run)
+
+    assert [e["seq"] for page in pages for e in page] == list(range(1, 22))
+    # Each page holds events while those before them are under the budget, so at most one past it.
+    assert [len(page) for page in pages] == [4, 4, 4, 4, 4, 1]
+    assert all(payload_chars(page[:-1]) < 64 * KIB for page in pages)
+
+
+def test_an_event_larger_than_the_page_chars_comes_alone_and_the_pages_go_on(
+    api: Client, session: Any, settings: Any
+) -> None:
+    settings.HERMESWEB_EVENTS_PAGE_CHARS = 1024
+    run = settled(session, "w" * 8 * KIB, deltas=3)
+
+    pages = event_pages(api, run)
+
+    assert [[e["seq"] for e in page] for page in pages] == [[1], [2], [3], [4]]
+    assert pages[-1][0]["terminal"] is True
+
+
+def test_a_page_read_with_a_char_bound_stops_where_the_api_page_does(session: Any) -> None:
+    run = settled(session, "z" * 16 * KIB, deltas=20)
+
+    page = journal.read_encoded(Run.objects.get(pk=run.pk), 0, max_chars=64 * KIB)
+
+    assert [seq for seq, _, _ in page.rows] == [1, 2, 3, 4]
+    assert page.has_more is True
+
+
+@pytest.mark.parametrize("kib", [1, 7, 8, 9, 40, 41, 64])
+def test_the_api_page_is_the_page_cut_at_the_bound_whichever_way_it_is_read(
+    session: Any, settings: Any, kib: int
+) -> None:
+    # On SQLite the API's page is first read whole under a string limit, and cut only when
+    # that is refused: either way it must be the page the bound describes.
+    settings.HERMESWEB_EVENTS_PAGE_CHARS = kib * KIB
+    run = Run.objects.get(pk=settled(session, "q" * 2 * KIB, deltas=20).pk)
+
+    for after in (0, 5, 19):
+        page = journal.read_encoded_array(run, after)
+        cut = journal.read_encoded(run, after, max_chars=kib * KIB)
+        assert orjson.loads(page.text) == [orjson.loads(text) for _, _, text in cut.rows]
+        assert (page.has_more, page.next_after) == (cut.has_more, cut.rows[-1][0])
 
 
 # ---------------------------------------------------------------- rendered turns

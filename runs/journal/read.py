@@ -7,7 +7,8 @@ run never reached is CursorAhead, one inside the compacted range CursorExpired.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -15,7 +16,7 @@ from typing import Any
 
 import orjson
 from django.conf import settings
-from django.db import connection
+from django.db import DataError, connection
 
 from runs.journal.events import CursorAhead, CursorExpired
 from runs.journal.rows import envelope_parts, envelope_texts, saved_event, sql_for
@@ -89,9 +90,16 @@ class EncodedPage:
 
 
 def read_encoded(
-    run: Run, after_seq: int = 0, limit: int | None = None, upto: int | None = None
+    run: Run,
+    after_seq: int = 0,
+    limit: int | None = None,
+    upto: int | None = None,
+    max_chars: int | None = None,
 ) -> EncodedPage:
     """read_after, but each envelope comes back as its JSON text, built without decoding the payload.
+
+    `max_chars`: the page also ends once its payloads reach that many characters (with at
+    least one event), so that a page of large tool outputs stays small (`_within_chars`).
 
     Catch-up is the hottest read there is (a reconnecting client may ask for a whole
     run): decoding each payload only to encode it again costs more than the query.
@@ -104,24 +112,49 @@ def read_encoded(
     if upto is not None:
         limit = min(limit, max(upto - after_seq, 1))
     where, params = _page_bounds(run, after_seq, limit)
+    bound = [] if max_chars is None else [max_chars]
     if connection.vendor == "sqlite":
         sql = sql_for(
-            f"SELECT {{seq}}, CAST({{terminal}} AS INTEGER), {_sqlite_envelope()} "
+            "SELECT {seq} AS seq, CAST({terminal} AS INTEGER) AS terminal, "
+            f"{_sqlite_envelope()} AS envelope{_SIZE if bound else ''} "
             f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
         )
+        if bound:
+            sql = _within_chars(sql, "seq, terminal, envelope")
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*envelope_parts(run.pk, run.session_id), *params, limit])
+            cursor.execute(sql, [*envelope_parts(run.pk, run.session_id), *params, limit, *bound])
             rows = [(seq, bool(terminal), text) for seq, terminal, text in cursor.fetchall()]
     else:
         sql = sql_for(
-            "SELECT {seq}, {type}, EXTRACT(EPOCH FROM {created_at})::text, {terminal}, {payload}::text "
+            "SELECT {seq} AS seq, {type} AS type, EXTRACT(EPOCH FROM {created_at})::text AS epoch, "
+            f"{{terminal}} AS terminal, {{payload}}::text AS payload "
             f"FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
         )
+        if bound:
+            # The payload's text, as the page spells it: converting the jsonb once more would cost.
+            sql = _within_chars(sql, "seq, type, epoch, terminal, payload", size="length(payload)")
         with connection.cursor() as cursor:
-            cursor.execute(sql, [*params, limit])
+            cursor.execute(sql, [*params, limit, *bound])
             rows = envelope_texts(run.pk, run.session_id, cursor.fetchall())
     last_seq, terminal, has_more = _page_state(run, after_seq, rows[-1][:2] if rows else None, upto)
     return EncodedPage(rows=rows, last_seq=last_seq, terminal=terminal, has_more=has_more)
+
+
+# SQLite: a page's rows with the size of each stored payload, in characters (`size`).
+_SIZE = ", length({payload}) AS size"
+
+
+def _within_chars(page_sql: str, columns: str, size: str = "size") -> str:
+    """`page_sql` (rows in seq order) cut where its payloads (`size`, characters) reach a parameter.
+
+    A row is kept while the payloads before it are under the bound, so the first always is.
+    The database reads the page's rows (bounded in count) but returns only these.
+    """
+    return (
+        f"SELECT {columns} FROM (SELECT {columns}, {size} AS chars, sum({size}) OVER "
+        f"(ORDER BY seq ROWS UNBOUNDED PRECEDING) AS through FROM ({page_sql}) page) sized "
+        "WHERE through - chars < %s ORDER BY seq"
+    )
 
 
 def _page_state(
@@ -154,30 +187,53 @@ def read_encoded_array(run: Run, after_seq: int = 0, limit: int | None = None) -
     On SQLite the database builds the whole array (each envelope as `read_encoded` spells
     it, then group_concat): no Python object per event, which is most of a page's cost there.
     """
+    max_chars = settings.HERMESWEB_EVENTS_PAGE_CHARS
     if connection.vendor != "sqlite":
-        page = read_encoded(run, after_seq, limit)
+        page = read_encoded(run, after_seq, limit, max_chars=max_chars)
         next_after = page.rows[-1][0] if page.rows else after_seq
         return EncodedArray(page.json_array(), page.last_seq, page.terminal, page.has_more, next_after)
     check_cursor(run, after_seq)
     limit = min(limit or settings.HERMESWEB_EVENTS_PAGE_MAX, settings.HERMESWEB_EVENTS_PAGE_MAX)
     where, params = _page_bounds(run, after_seq, limit)
+    args = [*envelope_parts(run.pk, run.session_id), *params, limit]
     with connection.cursor() as cursor:
-        cursor.execute(_sqlite_array_sql(where), [*envelope_parts(run.pk, run.session_id), *params, limit])
-        count, last, terminal, text = cursor.fetchone()
+        try:
+            # Most pages are far under the bound, and SQLite's window function costs more than
+            # the page itself: the whole array, refused (DataError) once it would pass the bound
+            # in bytes; only a page that does is read again, cut where its payloads reach it.
+            with _sqlite_string_limit(max_chars):
+                cursor.execute(_sqlite_array_sql(where, bounded=False), args)
+                count, last, terminal, text = cursor.fetchone()
+        except DataError:
+            cursor.execute(_sqlite_array_sql(where, bounded=True), [*args, max_chars])
+            count, last, terminal, text = cursor.fetchone()
     last_seq, final, has_more = _page_state(run, after_seq, (last, bool(terminal)) if count else None)
     text = f"[{text}]" if count else "[]"
     return EncodedArray(text, last_seq, final, has_more, next_after=last if count else after_seq)
 
 
-@lru_cache(maxsize=4)
-def _sqlite_array_sql(where: str) -> str:
-    # The rows in seq order (the subquery's ORDER BY and LIMIT keep it from being flattened
+@contextmanager
+def _sqlite_string_limit(max_bytes: int) -> Iterator[None]:
+    """Within it, SQLite refuses to make a string or blob longer than `max_bytes` (DataError)."""
+    sqlite = connection.connection
+    before = sqlite.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max_bytes)
+    try:
+        yield
+    finally:
+        sqlite.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, before)
+
+
+@lru_cache(maxsize=8)
+def _sqlite_array_sql(where: str, *, bounded: bool) -> str:
+    # The rows in seq order (the subqueries' ORDER BY and LIMIT keep them from being flattened
     # into the aggregate). Only the last event of a run can be terminal.
-    return sql_for(
-        "SELECT count(*), max(seq), max(terminal), group_concat(envelope, ',') FROM ("
-        f"SELECT {{seq}} AS seq, {{terminal}} AS terminal, {_sqlite_envelope()} AS envelope FROM {{event}} "
-        f"WHERE {where} ORDER BY {{seq}} LIMIT %s)"
+    page = sql_for(
+        f"SELECT {{seq}} AS seq, {{terminal}} AS terminal, {_sqlite_envelope()} AS envelope"
+        f"{_SIZE if bounded else ''} FROM {{event}} WHERE {where} ORDER BY {{seq}} LIMIT %s"
     )
+    if bounded:
+        page = _within_chars(page, "seq, terminal, envelope")
+    return f"SELECT count(*), max(seq), max(terminal), group_concat(envelope, ',') FROM ({page})"
 
 
 @lru_cache(maxsize=1)
