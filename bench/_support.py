@@ -336,6 +336,21 @@ def busy_percent(start: tuple[float, float], end: tuple[float, float]) -> float:
     return 100 * (end[0] - start[0]) / max(end[1] - start[1], 1e-9)
 
 
+def wait_quiet(busy_below: float = 10.0, most_seconds: float = 10.0, sample: float = 0.5) -> float:
+    """Wait until the whole machine was under `busy_below`% busy for one `sample`, or give up.
+
+    What a benchmark left running (a database's checkpoint, a process winding down) lands in the
+    next one's window otherwise. Returns the last sample's busy %.
+    """
+    deadline = time.monotonic() + most_seconds
+    while True:
+        start = machine_busy()
+        time.sleep(sample)
+        busy = busy_percent(start, machine_busy())
+        if busy < busy_below or time.monotonic() >= deadline:
+            return busy
+
+
 def _safe_cpu(pid: int) -> float:
     try:
         return cpu_seconds(pid)

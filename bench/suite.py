@@ -105,7 +105,11 @@ def main() -> None:
         command = [sys.executable, str(Path(__file__).with_name(script)), *extra, "--json", rows_path]
         if args.quick:
             command.append("--quick")
-        S.log(f"bench: {name} — {' '.join(command[1:])} (load average {os.getloadavg()[0]:.2f})")
+        busy = S.wait_quiet()
+        S.log(
+            f"bench: {name} — {' '.join(command[1:])} "
+            f"(load average {os.getloadavg()[0]:.2f}, machine {busy:.0f}% busy)"
+        )
         begin = time.monotonic()
         before = _lines(rows_path)
         result = subprocess.run(command, cwd=S.REPO)
