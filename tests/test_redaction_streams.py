@@ -14,11 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 
 from runs.journal import NewEvent, done_event
 from runs.models import JournalEvent, RunStatus
-from runs.redaction import REDACTED, redact_text
+from runs.redaction import OPENING, REDACTED, opening_start, redact_text
 from runs.runner import redact_stream
 from runs.runner.jobs import ReplayedTurn, turn_body
 from runs.runner.redact_stream import DeltaGuard
@@ -110,6 +112,53 @@ def test_ordinary_text_goes_out_at_once_and_only_a_possible_start_is_held() -> N
     assert [e.payload["delta"] for e in guard.feed([delta(" Ask")])] == [" Ask"]
     assert [e.payload["delta"] for e in guard.feed([delta(" sk")])] == [" "]
     assert [e.payload["delta"] for e in guard.feed([delta("y is blue")])] == ["sky is blue"]
+
+
+def reference_opening(text: str, start: int = 0) -> int | None:
+    """The rule opening_start's shortcuts must give the same answer as: a plain search."""
+    found = OPENING.search(text, start)
+    return None if found is None else found.start()
+
+
+# What follows the first character in an opening of each kind: a word's rest, a URL's colon.
+WORD_RESTS = [
+    "earer", "asic", "k-", "hp_", "ithub_pat_", "oxb-", "KIA", "Iza", "f_", "w_", "----BEGIN ", "pi_key",
+    "assword", "ecret", "oken", "rivate_key", ":", "://", "",
+]  # fmt: skip
+
+
+def test_every_character_an_opening_may_begin_with_is_tried() -> None:
+    # Whatever character OPENING takes as an opening's first (case folding included, as `re`
+    # does it), opening_start must try it there, in the middle of a text as at its start.
+    for code in range(0x10000):
+        char = chr(code)
+        for rest in WORD_RESTS:
+            if OPENING.match(f"{char}{rest}") is not None:
+                assert opening_start(f"{char}{rest}") == 0, (hex(code), rest)
+                assert opening_start(f"1 {char}{rest}") == 2, (hex(code), rest)
+
+
+FRAGMENTS = [
+    "bearer ", "Basic ", "sk-", "rk-", "pk-", "ghp_", "github_pat_", "xoxb-", "AKIA", "AIza", "hf_",
+    "hw_", "-----BEGIN ", "RSA PRIVATE KEY-----", "-----END ", "api_key", "API-KEY", "password",
+    "passwd", "Secret", "token", "private_key", "https://", "ftp:", "user", "pa55", ":", "=", "/",
+    "@", " ", "\n", "'", '"', ",", ";", "\u017f", "\u212a", "İ", "é", "日本", "abc", "XYZ", "123", "-", "_",
+    ".", "+", "a", "s", "t", "p", "https://deploy:", "pa55word",
+]  # fmt: skip
+
+
+@hypothesis.settings(max_examples=2000, derandomize=True, database=None, deadline=None)
+# Openings that begin long before the text's end: a URL's credentials, a keyword's value.
+@hypothesis.example(pieces=["see https://deploy:pa55wordpa55wordpa55word"], start=0)
+@hypothesis.example(pieces=["the password: hunter2hunter2hunter2"], start=0)
+@hypothesis.example(pieces=["x" * 300, "Bearer abcdefghijklmnopqrstuvwxyz"], start=280)
+@hypothesis.given(
+    pieces=st.lists(st.sampled_from(FRAGMENTS), max_size=40), start=st.integers(min_value=0, max_value=300)
+)
+def test_opening_start_finds_what_a_plain_search_finds(pieces: list[str], start: int) -> None:
+    text = "".join(pieces)
+    start = min(start, len(text))
+    assert opening_start(text, start) == reference_opening(text, start)
 
 
 def test_a_held_tail_goes_out_before_any_other_event_and_another_stream() -> None:
