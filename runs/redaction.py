@@ -287,8 +287,8 @@ assert len(_LENGTHENING) == len(_PATTERNS)
 # _OPENING_TAIL characters. Searching those alone when none is present costs a small part of a
 # full search (~0.5 µs a character).
 _OPENING_WORDS = (
-    "bearer", "basic", "sk-", "rk-", "pk-", "gh", "xox", "akia", "aiza", "hf_", "hw_", "-----begin ",
-    "api", "passw", "secret", "token", "private", "://",
+    "bearer", "basic", "sk-", "rk-", "pk-", "gh", "github", "xox", "akia", "aiza", "hf_", "hw_",
+    "-----begin ", "api", "passw", "secret", "token", "private", "://",
 )  # fmt: skip
 _OPENING_TAIL = 12
 

@@ -41,6 +41,7 @@ SECRETS = {
     "bearer": "Bearer abcdefghijklmnop",
     "pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
     "url": "https://deploy:pa55word@example.com/repo",
+    "github": "github_pat_11ABCDEFG0123456789abcdefghij",
 }
 # What must never be stored: the part of each secret that redaction replaces.
 HIDDEN = {
@@ -50,6 +51,7 @@ HIDDEN = {
     "bearer": "abcdefghijklmnop",
     "pem": "MIIEowIBAAKCAQEA",
     "url": "pa55word",
+    "github": "0123456789abcdefghij",
 }
 
 
