@@ -49,7 +49,10 @@ def test_a_long_queued_message_is_listed_as_a_preview_and_edited_whole(
         "() => document.querySelector('article.turn')?.textContent.includes('Held chunk 1.')"
     )
 
-    send(page, LONG)
+    # The submit's answer makes the browser read the list; the socket's snapshot may draw the
+    # card first, so the read is waited for, not assumed done once the card is there.
+    with page.expect_response(lambda r: r.url.endswith(f"/sessions/{session.pk}/intents")):
+        send(page, LONG)
     card = page.locator(".intent-card[data-kind='queue']")
     card.locator(".intent-text", has_text=f"({len(LONG):,} characters)").wait_for()
     assert LONG[:INTENT_PREVIEW_CHARS] in card.locator(".intent-text").inner_text()
