@@ -12,7 +12,7 @@ from runs.models import Control, ControlKind, Run, RunStatus
 from runs.schemas import EventsPage
 from tests.conftest import token_client
 from tests.factories import ProjectFactory, RunFactory, SessionFactory, run_with_events
-from tests.support.runs import append_event
+from tests.support.runs import append_event, follow_event_pages
 
 pytestmark = pytest.mark.django_db
 
@@ -161,14 +161,9 @@ def test_following_the_next_links_reads_every_event_once_in_order(api: Client, s
     run = running(
         session, *[("progress", {"text": str(i)}) for i in range(9)], ("done", {"state": "completed"})
     )
-    url: str | None = f"/api/runs/{run.pk}/events?limit=4"
-    seqs, links = [], []
-    while url is not None:
-        response = api.get(url)
-        seqs += [event["seq"] for event in response.json()["events"]]
-        link = response.headers.get("Link")
-        links.append(link)
-        url = link.removeprefix("<").split(">;")[0] if link else None
+    pages = follow_event_pages(api, f"/api/runs/{run.pk}/events?limit=4")
+    seqs = [event["seq"] for page in pages for event in page.events]
+    links = [page.link for page in pages]
 
     assert seqs == list(range(1, 12))
     assert links == [

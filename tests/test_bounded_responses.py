@@ -24,6 +24,7 @@ from runs.models import Run
 from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, materialize
 from tests import factories
 from tests.support.live import LiveStack, layer, live  # noqa: F401
+from tests.support.runs import follow_event_pages
 
 pytestmark = pytest.mark.django_db
 
@@ -143,15 +144,7 @@ def test_a_lone_cut_turn_says_no_older_turns_exist(api: Client, session: Any, se
 
 def event_pages(api: Client, run: Any) -> list[list[dict[str, Any]]]:
     """Every page of the run's events from seq 0, following each page's next link."""
-    url: str | None = f"/api/runs/{run.pk}/events"
-    pages = []
-    while url is not None:
-        response = api.get(url)
-        assert response.status_code == 200, response.content
-        pages.append(response.json()["events"])
-        link = response.headers.get("Link")
-        url = link.removeprefix("<").split(">;")[0] if link else None
-    return pages
+    return [page.events for page in follow_event_pages(api, f"/api/runs/{run.pk}/events")]
 
 
 def payload_chars(events: list[dict[str, Any]]) -> int:

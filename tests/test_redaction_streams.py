@@ -282,8 +282,9 @@ def hermes_runner(runners: list, logs: Path, hermes_agent_config: AgentConfig) -
 
 @pytest.mark.hermes
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("name", ["openai", "github"])
 def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
-    hermes_runner: Any, settings: Any, hermes_agent_config: AgentConfig, scripted_llm: ScriptedLLM
+    hermes_runner: Any, settings: Any, hermes_agent_config: AgentConfig, scripted_llm: ScriptedLLM, name: str
 ) -> None:
     from runs.agents import load_agents
     from tests.support.runs import assert_journal_well_formed, run_of, state, submit, wait_status
@@ -293,7 +294,7 @@ def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
     configured = load_agents(settings.DATA_DIR, {"HERMESWEB_AGENTS": json.dumps({"hermes": config})})
     settings.HERMESWEB_AGENTS = {**settings.HERMESWEB_AGENTS, "hermes": configured["hermes"]}
     session = factories.SessionFactory(project__agent="hermes")
-    answer = text_with("openai")  # three chunks of 17: the key is cut twice
+    answer = text_with(name)  # three chunks: the key is cut twice
     scripted_llm.enqueue(text(answer, chunks=3, chunk_delay=0.3))
     run = run_of(submit(session, "Show me the key"))
     wait_status(run, RunStatus.COMPLETED, timeout=90, log=hermes_runner.log)
@@ -301,5 +302,5 @@ def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
     deltas, joined = stored_text(run)
     assert len(deltas) >= 2, deltas  # streamed in pieces, not one row
     assert redact_text(answer) in joined
-    assert not any(HIDDEN["openai"][:8] in d or HIDDEN["openai"][8:] in d for d in deltas)
+    assert not any(HIDDEN[name][:8] in d or HIDDEN[name][8:] in d for d in deltas)
     assert redact_text(answer) in state(run)["text"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 from projects.models import Session
 from runs import journal
@@ -77,3 +77,21 @@ def append_event(
 ) -> JournalEvent:
     """One event appended as the web's domain actions append (journal.append_batch)."""
     return journal.append_batch(run_id, [journal.NewEvent(type, payload or {})], **run_updates)[0]
+
+
+class EventsPageRead(NamedTuple):
+    events: list[dict[str, Any]]
+    link: str | None  # the answer's `Link: <…>; rel="next"`, if it had one
+
+
+def follow_event_pages(client: Any, url: str) -> list[EventsPageRead]:
+    """Every page of a run's events from `url` on, following each answer's next link."""
+    pages: list[EventsPageRead] = []
+    next_url: str | None = url
+    while next_url is not None:
+        response = client.get(next_url)
+        assert response.status_code == 200, response.content
+        link = response.headers.get("Link")
+        pages.append(EventsPageRead(response.json()["events"], link))
+        next_url = link.removeprefix("<").split(">;")[0] if link else None
+    return pages
