@@ -78,7 +78,7 @@ class _PrivateKeyBlocks:
 # 1 MiB of adversarial input). Python's `re` backtracks, so no pattern may start with an
 # unbounded run that many start positions share (`\b[a-z.]*keyword` took 18 s on 16 KB of
 # "a."): matches are anchored on a literal, and what precedes it is left in place unmatched.
-_PATTERNS: list[tuple[_Substituter, str | Any]] = [
+PATTERNS: list[tuple[_Substituter, str | Any]] = [
     # Authorization headers and bearer tokens.
     (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), lambda m: f"{m.group(1)} {REDACTED}"),
     # Well-known key shapes: OpenAI/Anthropic, GitHub, Slack, AWS, Google, Hugging Face, our own.
@@ -132,7 +132,7 @@ _TRIGGERS: list[Callable[[str, str], bool]] = [
     ),
     lambda text, low: "://" in text and "@" in text,
 ]
-assert len(_TRIGGERS) == len(_PATTERNS)
+assert len(_TRIGGERS) == len(PATTERNS)
 
 
 @lru_cache(maxsize=4096)
@@ -180,7 +180,7 @@ def _fold(text: str) -> str:
 
 def _redact_text(text: str) -> str:
     low = _fold(text)
-    for (pattern, replacement), trigger in zip(_PATTERNS, _TRIGGERS, strict=True):
+    for (pattern, replacement), trigger in zip(PATTERNS, _TRIGGERS, strict=True):
         if trigger(text, low):
             masked = pattern.sub(replacement, text)  # type: ignore[arg-type]
             if masked != text:
@@ -259,14 +259,14 @@ _OPENINGS = [
     # From the scheme's last character, which the pattern's look-behind needs to see.
     r"[A-Za-z0-9+.-](?::(?:/(?:/(?:[^\s:/@]+(?::[^\s@/]*)?)?)?)?)",
 ]
-assert len(_OPENINGS) == len(_PATTERNS)
+assert len(_OPENINGS) == len(PATTERNS)
 OPENING = re.compile("|".join(f"(?:{opening})\\Z" for opening in _OPENINGS))
 
 # For each pattern, the characters that lengthen a match of it that ends a text (None: its
 # matches end on a fixed character or length): what a stream drops after a secret it had to
 # let go of before its end.
 _LENGTHENING: list[re.Pattern[str] | None] = [
-    re.compile(r"[A-Za-z0-9._~+/=-]*"),
+    re.compile(r"(?i)[A-Za-z0-9._~+/=-]*"),  # IGNORECASE as its pattern (U+017F is an `s`)
     re.compile(r"[A-Za-z0-9_-]*"),
     re.compile(r"[A-Za-z0-9]*"),
     re.compile(r"[A-Za-z0-9_]*"),
@@ -279,7 +279,7 @@ _LENGTHENING: list[re.Pattern[str] | None] = [
     re.compile(r"""[^\s"',;]*"""),
     None,
 ]
-assert len(_LENGTHENING) == len(_PATTERNS)
+assert len(_LENGTHENING) == len(PATTERNS)
 
 
 # Every opening longer than _OPENING_TAIL characters holds one of these whole (folded as
@@ -320,7 +320,7 @@ def open_private_key(text: str) -> int | None:
 def secret_at_end(text: str) -> re.Pattern[str] | None:
     """If a secret ends `text` and more text could lengthen it: what lengthens it."""
     low = _fold(text)
-    for (pattern, _), trigger, lengthening in zip(_PATTERNS, _TRIGGERS, _LENGTHENING, strict=True):
+    for (pattern, _), trigger, lengthening in zip(PATTERNS, _TRIGGERS, _LENGTHENING, strict=True):
         if lengthening is None or not trigger(text, low):
             continue
         assert isinstance(pattern, re.Pattern)
@@ -330,16 +330,22 @@ def secret_at_end(text: str) -> re.Pattern[str] | None:
     return None
 
 
+# For each pattern, how many characters before its match its look-behind reads (the URL's scheme).
+_READS_BEFORE = [1 if isinstance(p, re.Pattern) and p.pattern.startswith("(?<=") else 0 for p, _ in PATTERNS]
+
+
 def match_across(text: str, cut: int, start: int = 0) -> int | None:
-    """Where the leftmost match that begins in `text[start:cut]` and runs past `cut` begins.
+    """Where the leftmost match that a cut at `cut` would split, begun in `text[start:cut]`, begins.
 
     A cut at the leftmost opening can still fall inside a match that has ended already
-    (`password=hunter2secret ` opens again at `secret `).
+    (`password=hunter2secret ` opens again at `secret `). A match also needs what its assertions
+    read beside it: one ending at the cut may end on `\b` (an `AIza` key ending in `-`), and the
+    URL pattern's look-behind reads the character before it; a row's edge would change both.
     """
     piece = text[start:]
     low = _fold(piece)
     found: int | None = None
-    for (pattern, _), trigger in zip(_PATTERNS, _TRIGGERS, strict=True):
+    for (pattern, _), trigger, before in zip(PATTERNS, _TRIGGERS, _READS_BEFORE, strict=True):
         if not trigger(piece, low):
             continue
         if isinstance(pattern, re.Pattern):
@@ -348,9 +354,10 @@ def match_across(text: str, cut: int, start: int = 0) -> int | None:
         else:
             spans = _PRIVATE_KEYS.spans(text, start)
         for begin, end in spans:
+            begin = max(0, begin - before)
             if begin >= cut or (found is not None and begin >= found):
                 break
-            if end > cut:
+            if end >= cut:
                 found = begin
                 break
     return found

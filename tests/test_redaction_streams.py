@@ -304,3 +304,36 @@ def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
     assert redact_text(answer) in joined
     assert not any(HIDDEN[name][:8] in d or HIDDEN[name][8:] in d for d in deltas)
     assert redact_text(answer) in state(run)["text"]
+
+
+# A Google key may end in `-`: its pattern's closing `\b` then needs the word character after it,
+# here a `Bearer` the guard holds back (it could begin a token). The first chunk ends there.
+KEY_BEFORE_OPENING = "Key: AIzaSyD-0123456789abcdefghijklmnopqrst-Bearer "
+
+
+@pytest.mark.hermes
+@pytest.mark.django_db(transaction=True)
+def test_hermes_streaming_a_key_that_ends_where_a_held_opening_begins_stores_it_redacted(
+    hermes_runner: Any, settings: Any, hermes_agent_config: AgentConfig, scripted_llm: ScriptedLLM
+) -> None:
+    from runs.agents import load_agents
+    from tests.support.runs import assert_journal_well_formed, run_of, state, submit, wait_status
+    from tests.support.scripted_llm import text
+
+    config = hermes_agent_config
+    configured = load_agents(settings.DATA_DIR, {"HERMESWEB_AGENTS": json.dumps({"hermes": config})})
+    settings.HERMESWEB_AGENTS = {**settings.HERMESWEB_AGENTS, "hermes": configured["hermes"]}
+    session = factories.SessionFactory(project__agent="hermes")
+    rest = "abcdefghijklmnop and that is all."
+    answer = KEY_BEFORE_OPENING + rest.ljust(len(KEY_BEFORE_OPENING))  # two equal chunks
+    expected = redact_text(answer)
+    assert "0123456789abcdefghij" not in expected and "abcdefghijklmnop" not in expected
+    scripted_llm.enqueue(text(answer, chunks=2, chunk_delay=0.3))
+    run = run_of(submit(session, "Show me the key"))
+    wait_status(run, RunStatus.COMPLETED, timeout=90, log=hermes_runner.log)
+    assert_journal_well_formed(run)
+    deltas, joined = stored_text(run)
+    assert len(deltas) >= 2, deltas  # streamed in pieces, not one row
+    assert expected in joined
+    assert not any("0123456789abcdefghij" in d for d in deltas)
+    assert expected in state(run)["text"]

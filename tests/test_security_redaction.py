@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runs.redaction import _PATTERNS, REDACTED, redact_text
+from runs.redaction import PATTERNS, REDACTED, redact_text
 
 MIB = 1024 * 1024
 
@@ -20,7 +20,7 @@ def mib(unit: str, tail: str = "") -> str:
     return unit * ((MIB - len(tail)) // len(unit)) + tail
 
 
-# For each pattern, in _PATTERNS order, texts that make a backtracking form of it quadratic.
+# For each pattern, in PATTERNS order, texts that make a backtracking form of it quadratic.
 ADVERSARIAL: dict[str, list[str]] = {
     "bearer": [mib("bearer "), mib("Basic\t"), "bearer" + mib(" ", "!")],
     "sk": [mib("sk-"), mib("sk-aaaaaaaaaaaaaaa ")],
@@ -45,7 +45,7 @@ ADVERSARIAL: dict[str, list[str]] = {
     ],
     "url_credentials": [mib("a.", "://@"), mib("a://", "@"), mib("a://b:", "@"), mib("x+", "://u:p")],
 }
-assert len(ADVERSARIAL) == len(_PATTERNS)
+assert len(ADVERSARIAL) == len(PATTERNS)
 
 
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
