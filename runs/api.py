@@ -202,7 +202,18 @@ def _cursor_from_header(run: Run, last_event_id: str | None) -> int:
     return int(seq_part)
 
 
-@router.get("/runs/{id}/events", response={200: EventsPage, 409: ErrorOut, 410: ErrorOut}, tags=["runs"])
+NEXT_LINK_HEADER = {
+    "description": 'While `has_more`, the next page (RFC 8288): `<…?after_seq=N[&limit=L]>; rel="next"`.',
+    "schema": {"type": "string"},
+}
+
+
+@router.get(
+    "/runs/{id}/events",
+    response={200: EventsPage, 409: ErrorOut, 410: ErrorOut},
+    tags=["runs"],
+    openapi_extra={"responses": {200: {"headers": {"Link": NEXT_LINK_HEADER}}}},
+)
 def run_events(
     request: HttpRequest,
     id: int,

@@ -173,6 +173,13 @@ def test_following_the_next_links_reads_every_event_once_in_order(api: Client, s
     ]
 
 
+def test_the_openapi_schema_documents_the_next_link_beside_the_page(api: Client) -> None:
+    schema = api.get("/api/openapi.json").json()
+    ok = schema["paths"]["/api/runs/{id}/events"]["get"]["responses"]["200"]
+    assert 'rel="next"' in ok["headers"]["Link"]["description"]
+    assert ok["content"]["application/json"]["schema"]["$ref"].endswith("/EventsPage")
+
+
 def test_the_page_size_is_capped_by_the_server(api: Client, session: Any, settings: Any) -> None:
     settings.HERMESWEB_EVENTS_PAGE_MAX = 2
     run = running(session, ("progress", {}), ("progress", {}))
