@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from runs.journal import NewEvent
 from runs.redaction import HOLD_CHARS, PATTERNS, REDACTED, redact_text
+from runs.runner import redact_stream
 from runs.runner.redact_stream import DeltaGuard
 
 
@@ -181,3 +182,13 @@ def masks_at_least(stored: str, expected: str) -> bool:
     """`stored` is `expected` with some spans (masked or not) replaced by REDACTED: no less masked."""
     pattern = ".*?".join(re.escape(part) for part in stored.split(REDACTED))
     return re.fullmatch(pattern, expected, re.DOTALL) is not None
+
+
+@hypothesis.settings(max_examples=2000, derandomize=True, database=None, deadline=None)
+@hypothesis.example(text="token=abcdefgh")
+@hypothesis.given(text=st.lists(st.sampled_from([*FRAGMENTS, "a", "1", "k"]), max_size=6).map("".join))
+def test_no_text_short_enough_for_the_guards_kept_cuts_holds_a_secret(text: str) -> None:
+    # The guard keeps the cut of each short text it saw (redact_stream.short_cut_at): those texts
+    # stay in memory, so none may be a secret.
+    text = text[: redact_stream.SHORT_CHARS]
+    assert every_pattern_in_turn(text) == text
