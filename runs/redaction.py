@@ -10,7 +10,7 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 REDACTED = "[REDACTED]"
 
@@ -22,10 +22,6 @@ _SECRET_KEYS = {
     "credentials", "privatekey", "cookie", "setcookie", "xapikey",
 }  # fmt: skip
 _SECRET_SUFFIXES = ("apikey", "password", "secret", "accesstoken", "authtoken", "privatekey", "passphrase")
-
-
-class _Substituter(Protocol):
-    def sub(self, repl: Any, string: str) -> str: ...
 
 
 class _PrivateKeyBlocks:
@@ -78,36 +74,61 @@ class _PrivateKeyBlocks:
 # 1 MiB of adversarial input). Python's `re` backtracks, so no pattern may start with an
 # unbounded run that many start positions share (`\b[a-z.]*keyword` took 18 s on 16 KB of
 # "a."): matches are anchored on a literal, and what precedes it is left in place unmatched.
-PATTERNS: list[tuple[_Substituter, str | Any]] = [
+# Each with the group of its match that is the secret (0: all of it); what is around it (a
+# header's scheme, a keyword, a URL's user) stays in place.
+PATTERNS: list[tuple[re.Pattern[str] | _PrivateKeyBlocks, int | str]] = [
     # Authorization headers and bearer tokens.
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), lambda m: f"{m.group(1)} {REDACTED}"),
+    (re.compile(r"(?i)\b(?:bearer|basic)\s+(?P<secret>[A-Za-z0-9._~+/=-]{8,})"), "secret"),
     # Well-known key shapes: OpenAI/Anthropic, GitHub, Slack, AWS, Google, Hugging Face, our own.
-    (re.compile(r"\b(sk|rk|pk)-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), REDACTED),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), REDACTED),
-    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), REDACTED),
-    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), REDACTED),
-    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), REDACTED),
-    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), REDACTED),
-    (re.compile(r"\bhw_[A-Za-z0-9_-]{30,}"), REDACTED),
-    (_PRIVATE_KEYS := _PrivateKeyBlocks(), REDACTED),
+    (re.compile(r"\b(sk|rk|pk)-(?:ant-|proj-|live-|test-)?[A-Za-z0-9_-]{16,}"), 0),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{20,}"), 0),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{20,}"), 0),
+    (re.compile(r"\bxox[abprs]-[A-Za-z0-9-]{10,}"), 0),
+    (re.compile(r"\bAKIA[0-9A-Z]{16}\b"), 0),
+    (re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"), 0),
+    (re.compile(r"\bhf_[A-Za-z0-9]{20,}"), 0),
+    (re.compile(r"\bhw_[A-Za-z0-9_-]{30,}"), 0),
+    (_PRIVATE_KEYS := _PrivateKeyBlocks(), 0),
     # key=value / key: value assignments of password-like names, in shell, env files, YAML, JSON
     # text. The match starts at the keyword: a prefix (`OPENAI_` in `OPENAI_API_KEY=`) is kept as
     # it is, never matched, which is what keeps the pattern linear.
     (
         re.compile(
-            r"(?i)(?P<key>(?:api[_-]?key|password|passwd|secret|token|private[_-]?key)\b"
-            r"[\"']?\s*[:=]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',;]{4,})"
+            r"(?i)(?:api[_-]?key|password|passwd|secret|token|private[_-]?key)\b"
+            r"[\"']?\s*[:=]\s*[\"']?(?P<secret>[^\s\"',;]{4,})"
         ),
-        lambda m: f"{m.group('key')}{m.group('quote')}{REDACTED}",
+        "secret",
     ),
     # Credentials embedded in URLs: scheme://user:pass@host. Anchored on `://` after a scheme
     # character, for the same reason: the scheme itself is left in place.
-    (
-        re.compile(r"(?<=[A-Za-z0-9+.-])(?P<head>://[^\s:/@]+:)[^\s@/]+@"),
-        lambda m: f"{m.group('head')}{REDACTED}@",
-    ),
+    (re.compile(r"(?<=[A-Za-z0-9+.-])://[^\s:/@]+:(?P<secret>[^\s@/]+)@"), "secret"),
 ]
+
+
+def secret_spans(
+    pattern: re.Pattern[str] | _PrivateKeyBlocks, group: int | str, text: str
+) -> Iterator[tuple[int, int]]:
+    """Where in `text` the secrets `pattern` finds are (its matches' `group`)."""
+    if isinstance(pattern, re.Pattern):
+        return (match.span(group) for match in pattern.finditer(text))
+    return pattern.spans(text)
+
+
+def masked(text: str, spans: Iterable[tuple[int, int]]) -> str:
+    """`text` with each run of overlapping or touching `spans` replaced by one REDACTED."""
+    runs: list[list[int]] = []
+    for start, end in sorted(spans):
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], end)
+        else:
+            runs.append([start, end])
+    parts: list[str] = []
+    pos = 0
+    for start, end in runs:
+        parts += [text[pos:start], REDACTED]
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
 
 
 # For each pattern above, in order, a substring test that any match of it implies. `\b` defeats
@@ -179,13 +200,16 @@ def _fold(text: str) -> str:
 
 
 def _redact_text(text: str) -> str:
+    # Every pattern reads the text as it came, and every secret any of them finds is masked:
+    # a pattern's match never hides another's (`Bearer sk-TOKEN: x…` masks both tokens).
     low = _fold(text)
-    for (pattern, replacement), trigger in zip(PATTERNS, _TRIGGERS, strict=True):
-        if trigger(text, low):
-            masked = pattern.sub(replacement, text)  # type: ignore[arg-type]
-            if masked != text:
-                text, low = masked, _fold(masked)
-    return text
+    spans = [
+        span
+        for (pattern, group), trigger in zip(PATTERNS, _TRIGGERS, strict=True)
+        if trigger(text, low)
+        for span in secret_spans(pattern, group, text)
+    ]
+    return masked(text, spans) if spans else text
 
 
 def redact(value: Any) -> Any:
