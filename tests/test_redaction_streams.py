@@ -42,6 +42,8 @@ SECRETS = {
     "pem": "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\n-----END RSA PRIVATE KEY-----",
     "url": "https://deploy:pa55word@example.com/repo",
     "github": "github_pat_11ABCDEFG0123456789abcdefghij",
+    # A keyword inside a bearer's token: each pattern reads the text as it came.
+    "overlap": "Bearer sk-TOKEN: qrstuvwx98765432",
 }
 # What must never be stored: the part of each secret that redaction replaces.
 HIDDEN = {
@@ -52,6 +54,7 @@ HIDDEN = {
     "pem": "MIIEowIBAAKCAQEA",
     "url": "pa55word",
     "github": "0123456789abcdefghij",
+    "overlap": "qrstuvwx98765432",
 }
 
 
@@ -282,7 +285,7 @@ def hermes_runner(runners: list, logs: Path, hermes_agent_config: AgentConfig) -
 
 @pytest.mark.hermes
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("name", ["openai", "github"])
+@pytest.mark.parametrize("name", ["openai", "github", "overlap"])
 def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
     hermes_runner: Any, settings: Any, hermes_agent_config: AgentConfig, scripted_llm: ScriptedLLM, name: str
 ) -> None:
@@ -302,7 +305,7 @@ def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
     deltas, joined = stored_text(run)
     assert len(deltas) >= 2, deltas  # streamed in pieces, not one row
     assert redact_text(answer) in joined
-    assert not any(HIDDEN[name][:8] in d or HIDDEN[name][8:] in d for d in deltas)
+    assert not any(HIDDEN[name][:8] in d or HIDDEN[name][8:] in d for d in deltas), deltas
     assert redact_text(answer) in state(run)["text"]
 
 
