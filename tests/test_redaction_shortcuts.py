@@ -84,13 +84,15 @@ BODIES = [
     "Z9Y8X7W6V5U4T3S2R1Q0P9N8M7L6K5J4I3H2", "z9y8x7w6v5_-0123456789_-u4t3s2r1q0", "pa55word@host/x",
     "z9_Y8-x7" * 40,
 ]  # fmt: skip
-TEXT = st.lists(
-    st.one_of(
-        st.sampled_from(FRAGMENTS),
-        st.builds(lambda prefix, body: prefix + body, st.sampled_from(PREFIXES), st.sampled_from(BODIES)),
-    ),
-    max_size=16,
-).map("".join)
+
+
+def texts(pieces: int) -> st.SearchStrategy[str]:
+    """Up to `pieces` fragments and whole secrets, joined."""
+    secret = st.builds(lambda prefix, body: prefix + body, st.sampled_from(PREFIXES), st.sampled_from(BODIES))
+    return st.lists(st.one_of(st.sampled_from(FRAGMENTS), secret), max_size=pieces).map("".join)
+
+
+TEXT = texts(16)
 
 
 @hypothesis.settings(max_examples=3000, derandomize=True, database=None, deadline=None)
@@ -113,13 +115,7 @@ def delta(text: str) -> NewEvent:
 
 
 # A few pieces, so that a secret often has an opening or another secret right beside it.
-SHORT_TEXT = st.lists(
-    st.one_of(
-        st.sampled_from(FRAGMENTS),
-        st.builds(lambda prefix, body: prefix + body, st.sampled_from(PREFIXES), st.sampled_from(BODIES)),
-    ),
-    max_size=5,
-).map("".join)
+SHORT_TEXT = texts(5)
 
 
 @hypothesis.settings(max_examples=3000, derandomize=True, database=None, deadline=None)

@@ -283,27 +283,42 @@ def hermes_runner(runners: list, logs: Path, hermes_agent_config: AgentConfig) -
     yield proc
 
 
+@pytest.fixture
+def hermes_session(transactional_db: None, settings: Any, hermes_agent_config: AgentConfig) -> Any:
+    from runs.agents import load_agents
+
+    config = json.dumps({"hermes": hermes_agent_config})
+    configured = load_agents(settings.DATA_DIR, {"HERMESWEB_AGENTS": config})
+    settings.HERMESWEB_AGENTS = {**settings.HERMESWEB_AGENTS, "hermes": configured["hermes"]}
+    return factories.SessionFactory(project__agent="hermes")
+
+
+def streamed_by_hermes(
+    session: Any, runner: Any, scripted_llm: ScriptedLLM, answer: str, chunks: int
+) -> tuple[Any, list[str], str]:
+    """The scripted model streams `answer` in `chunks` pieces through hermes-acp: the run and its rows."""
+    from tests.support.runs import assert_journal_well_formed, run_of, submit, wait_status
+    from tests.support.scripted_llm import text
+
+    scripted_llm.enqueue(text(answer, chunks=chunks, chunk_delay=0.3))
+    run = run_of(submit(session, "Show me the key"))
+    wait_status(run, RunStatus.COMPLETED, timeout=90, log=runner.log)
+    assert_journal_well_formed(run)
+    deltas, joined = stored_text(run)
+    assert len(deltas) >= 2, deltas  # streamed in pieces, not one row
+    return run, deltas, joined
+
+
 @pytest.mark.hermes
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("name", ["openai", "github", "overlap"])
 def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
-    hermes_runner: Any, settings: Any, hermes_agent_config: AgentConfig, scripted_llm: ScriptedLLM, name: str
+    hermes_runner: Any, hermes_session: Any, scripted_llm: ScriptedLLM, name: str
 ) -> None:
-    from runs.agents import load_agents
-    from tests.support.runs import assert_journal_well_formed, run_of, state, submit, wait_status
-    from tests.support.scripted_llm import text
+    from tests.support.runs import state
 
-    config = hermes_agent_config
-    configured = load_agents(settings.DATA_DIR, {"HERMESWEB_AGENTS": json.dumps({"hermes": config})})
-    settings.HERMESWEB_AGENTS = {**settings.HERMESWEB_AGENTS, "hermes": configured["hermes"]}
-    session = factories.SessionFactory(project__agent="hermes")
     answer = text_with(name)  # three chunks: the key is cut twice
-    scripted_llm.enqueue(text(answer, chunks=3, chunk_delay=0.3))
-    run = run_of(submit(session, "Show me the key"))
-    wait_status(run, RunStatus.COMPLETED, timeout=90, log=hermes_runner.log)
-    assert_journal_well_formed(run)
-    deltas, joined = stored_text(run)
-    assert len(deltas) >= 2, deltas  # streamed in pieces, not one row
+    run, deltas, joined = streamed_by_hermes(hermes_session, hermes_runner, scripted_llm, answer, chunks=3)
     assert redact_text(answer) in joined
     assert not any(HIDDEN[name][:8] in d or HIDDEN[name][8:] in d for d in deltas), deltas
     assert redact_text(answer) in state(run)["text"]
@@ -317,26 +332,15 @@ KEY_BEFORE_OPENING = "Key: AIzaSyD-0123456789abcdefghijklmnopqrst-Bearer "
 @pytest.mark.hermes
 @pytest.mark.django_db(transaction=True)
 def test_hermes_streaming_a_key_that_ends_where_a_held_opening_begins_stores_it_redacted(
-    hermes_runner: Any, settings: Any, hermes_agent_config: AgentConfig, scripted_llm: ScriptedLLM
+    hermes_runner: Any, hermes_session: Any, scripted_llm: ScriptedLLM
 ) -> None:
-    from runs.agents import load_agents
-    from tests.support.runs import assert_journal_well_formed, run_of, state, submit, wait_status
-    from tests.support.scripted_llm import text
+    from tests.support.runs import state
 
-    config = hermes_agent_config
-    configured = load_agents(settings.DATA_DIR, {"HERMESWEB_AGENTS": json.dumps({"hermes": config})})
-    settings.HERMESWEB_AGENTS = {**settings.HERMESWEB_AGENTS, "hermes": configured["hermes"]}
-    session = factories.SessionFactory(project__agent="hermes")
     rest = "abcdefghijklmnop and that is all."
     answer = KEY_BEFORE_OPENING + rest.ljust(len(KEY_BEFORE_OPENING))  # two equal chunks
     expected = redact_text(answer)
     assert "0123456789abcdefghij" not in expected and "abcdefghijklmnop" not in expected
-    scripted_llm.enqueue(text(answer, chunks=2, chunk_delay=0.3))
-    run = run_of(submit(session, "Show me the key"))
-    wait_status(run, RunStatus.COMPLETED, timeout=90, log=hermes_runner.log)
-    assert_journal_well_formed(run)
-    deltas, joined = stored_text(run)
-    assert len(deltas) >= 2, deltas  # streamed in pieces, not one row
+    run, deltas, joined = streamed_by_hermes(hermes_session, hermes_runner, scripted_llm, answer, chunks=2)
     assert expected in joined
     assert not any("0123456789abcdefghij" in d for d in deltas)
     assert expected in state(run)["text"]
