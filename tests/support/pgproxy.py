@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -70,14 +71,35 @@ class PgProxy:
         self._thread.join(5)
 
     def down(self) -> None:
-        """Close every connection and refuse new ones, as a restarting server does."""
+        """Close every connection and refuse new ones, as a restarting server does.
 
-        async def go_down() -> None:
+        Returns once the server has ended every backend those connections had: a statement
+        already sent runs on (and may commit) after its connection is closed, so until then
+        the database can still change behind the outage.
+        """
+
+        async def go_down() -> list[int]:
             self._down = True
+            ports = [link.server_port for link in self._links]
             for link in list(self._links):
                 link.close()
+            return ports
 
-        self._call(go_down())
+        ports = self._call(go_down())
+        self._wait_for_backends_to_end(ports)
+
+    def _wait_for_backends_to_end(self, ports: list[int], timeout: float = 30) -> None:
+        import psycopg
+        from django.db import connection
+
+        conf = connection.settings_dict
+        params = {"host": self.upstream[0], "port": self.upstream[1], "dbname": conf["NAME"]}
+        with psycopg.connect(**params, user=conf.get("USER") or "postgres", autocommit=True) as conn:
+            deadline = time.monotonic() + timeout
+            query = "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s)"
+            while (left := conn.execute(query, [ports]).fetchone()[0]) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert not left, f"{left} backends of the proxy's connections outlived the outage by {timeout} s"
 
     def up(self) -> None:
         self._loop.call_soon_threadsafe(setattr, self, "_down", False)
@@ -110,6 +132,10 @@ class PgProxy:
         except OSError:
             writer.close()
             return
+        if self._down:  # went down while this connection was being opened
+            up_writer.close()
+            writer.close()
+            return
         link = _Link(self, writer, up_writer)
         self._links.add(link)
         try:
@@ -137,6 +163,8 @@ class _Link:
         self.rows = False
         self.raw = False
         self.closed = False
+        # The server's backend for this link is the one whose client is this local port.
+        self.server_port: int = server.get_extra_info("sockname")[1]
 
     def close(self) -> None:
         if not self.closed:
