@@ -22,6 +22,10 @@ from django.test import Client
 
 from tests import factories
 
+# The helpers' own asserts (journal checks, waits) report their operands as a test's do.
+pytest.register_assert_rewrite("tests.support")
+pytest_plugins = ["tests.support.hermes_fixtures"]
+
 
 def pytest_configure(config: pytest.Config) -> None:
     # Hashing a password with the production hasher takes ~0.3 s per user.

@@ -20,11 +20,6 @@ from django.test import Client
 from runs.models import Run, Runner, RunStatus
 from tests import factories
 from tests.support.hermes import AgentConfig
-from tests.support.hermes_fixtures import (  # noqa: F401 - fixtures are used by name
-    hermes_acp_binary,
-    hermes_agent_config,
-    scripted_llm,
-)
 from tests.support.images import png
 from tests.support.procs import Proc, start_runner
 from tests.support.runs import assert_journal_well_formed, state, wait_status

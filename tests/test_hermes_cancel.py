@@ -26,11 +26,6 @@ from runs.models import RunStatus
 from tests import factories
 from tests.support import ptree
 from tests.support.hermes import AgentConfig
-from tests.support.hermes_fixtures import (  # noqa: F401 - fixtures are used by name
-    hermes_acp_binary,
-    hermes_agent_config,
-    scripted_llm,
-)
 from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import (
     assert_journal_well_formed,

@@ -17,11 +17,6 @@ from runs.fork import do_fork_session
 from runs.models import RunStatus
 from tests import factories
 from tests.support.hermes import AgentConfig
-from tests.support.hermes_fixtures import (  # noqa: F401 - fixtures are used by name
-    hermes_acp_binary,
-    hermes_agent_config,
-    scripted_llm,
-)
 from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import assert_journal_well_formed, run_of, state, submit, wait_status
 from tests.support.scripted_llm import ScriptedLLM, request_text

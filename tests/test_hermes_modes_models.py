@@ -18,11 +18,6 @@ from django.test import Client
 from runs.models import RunStatus
 from tests import factories
 from tests.support.hermes import AgentConfig
-from tests.support.hermes_fixtures import (  # noqa: F401 - fixtures are used by name
-    hermes_acp_binary,
-    hermes_agent_config,
-    scripted_llm,
-)
 from tests.support.procs import Proc, start_runner
 from tests.support.runs import events, run_of, state, submit, types, wait_status
 from tests.support.scripted_llm import ScriptedLLM, text, tool_call

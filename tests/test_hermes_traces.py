@@ -35,8 +35,6 @@ from runs.runner.translate import Translator, per_turn_usage
 from runs.transcript import materialize
 from tests.support.record_hermes import FIXTURES, SCENARIOS, load_trace, record
 
-pytest_plugins = ["tests.support.hermes_fixtures"]
-
 UPDATE = os.environ.get("HERMESWEB_UPDATE_GOLDENS") == "1"
 TRACES = sorted(path.name.removesuffix(".jsonl") for path in FIXTURES.glob("*.jsonl"))
 # The built-in `hermes` agent's setting: PromptResponse.usage is a running session total.

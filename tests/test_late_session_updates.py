@@ -12,11 +12,6 @@ from runs.models import RunStatus
 from runs.runner.translate import Translator
 from tests import factories
 from tests.support.hermes import AgentConfig
-from tests.support.hermes_fixtures import (  # noqa: F401 - fixtures are used by name
-    hermes_acp_binary,
-    hermes_agent_config,
-    scripted_llm,
-)
 from tests.support.procs import Proc, start_runner, wait_for
 from tests.support.runs import run_of, state, submit, wait_status
 from tests.support.scripted_llm import SIDE_CALL_TEXT, ScriptedLLM, text

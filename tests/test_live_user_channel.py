@@ -25,11 +25,6 @@ from runs.live.user_states import changes, read_states
 from runs.models import EventType, Run, RunStatus
 from tests import factories
 from tests.support.hermes import AgentConfig
-from tests.support.hermes_fixtures import (  # noqa: F401 - fixtures are used by name
-    hermes_acp_binary,
-    hermes_agent_config,
-    scripted_llm,
-)
 from tests.support.live import LiveSocket, LiveStack, layer, live, session_cookie  # noqa: F401
 from tests.support.scripted_llm import ScriptedLLM, text, tool_call
 

@@ -27,11 +27,6 @@ from runs.runner.redact_stream import DeltaGuard
 from runs.runner.writer import JournalWriter
 from tests import factories
 from tests.support.hermes import AgentConfig
-from tests.support.hermes_fixtures import (  # noqa: F401 - fixtures are used by name
-    hermes_acp_binary,
-    hermes_agent_config,
-    scripted_llm,
-)
 from tests.support.scripted_llm import ScriptedLLM
 
 SECRETS = {

@@ -1,8 +1,8 @@
 """Pytest fixtures for tests that drive the real Hermes Agent against a ScriptedLLM.
 
-Register with ``pytest_plugins = ["tests.support.hermes_fixtures"]`` in the root conftest (a test
-module may declare it too). Every test that uses ``hermes_acp_binary`` (directly or through
-``hermes_agent_config``) is marked ``hermes``, so ``-m "not hermes"`` leaves the real agent out.
+Registered by ``pytest_plugins`` in the root conftest, so every test module can ask for them.
+Every test that uses ``hermes_acp_binary`` (directly or through ``hermes_agent_config``) is marked
+``hermes``, so ``-m "not hermes"`` leaves the real agent out.
 """
 
 from __future__ import annotations
