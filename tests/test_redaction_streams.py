@@ -39,6 +39,8 @@ SECRETS = {
     "github": "github_pat_11ABCDEFG0123456789abcdefghij",
     # A keyword inside a bearer's token: each pattern reads the text as it came.
     "overlap": "Bearer sk-TOKEN: qrstuvwx98765432",
+    # A value that took the next keyword runs on into that keyword's value.
+    "run-on": "secret: api_key: zyxwvuts13572468",
 }
 # What must never be stored: the part of each secret that redaction replaces.
 HIDDEN = {
@@ -50,6 +52,7 @@ HIDDEN = {
     "url": "pa55word",
     "github": "0123456789abcdefghij",
     "overlap": "qrstuvwx98765432",
+    "run-on": "zyxwvuts13572468",
 }
 
 
@@ -306,7 +309,7 @@ def streamed_by_hermes(
 
 @pytest.mark.hermes
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("name", ["openai", "github", "overlap"])
+@pytest.mark.parametrize("name", ["openai", "github", "overlap", "run-on"])
 def test_hermes_streaming_a_secret_split_across_chunks_stores_it_redacted(
     hermes_runner: Any, hermes_session: Any, scripted_llm: ScriptedLLM, name: str
 ) -> None:

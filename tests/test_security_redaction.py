@@ -7,11 +7,12 @@ one pattern backtrack, at 1 MiB.
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
 
-from runs.redaction import PATTERNS, REDACTED, redact_text
+from runs.redaction import KEYWORD, KEYWORDS, PATTERNS, REDACTED, redact_text
 
 MIB = 1024 * 1024
 
@@ -42,6 +43,9 @@ ADVERSARIAL: dict[str, list[str]] = {
         mib("password "),
         "password=" + mib(" ", "!"),
         mib("x.api_key", "="),
+        mib("token: "),  # one value running on through every assignment it ends on
+        mib("password=abcdtoken: ab "),  # a run-on that fails each time, after its lookbehind
+        mib("token:\t", "a"),
     ],
     "url_credentials": [mib("a.", "://@"), mib("a://", "@"), mib("a://b:", "@"), mib("x+", "://u:p")],
 }
@@ -72,6 +76,29 @@ def test_every_pattern_scrubs_a_mebibyte_of_adversarial_text_in_well_under_a_sec
 )
 def test_the_anchored_patterns_still_mask_what_the_prefixed_ones_did(text: str, expected: str) -> None:
     assert redact_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("secret: token: abcdef12", f"secret: {REDACTED}"),
+        ("TOKEN: abcdTOKEN: xyz12345 later", f"TOKEN: {REDACTED} later"),
+        ("password=hunter2Api-Key= 'xyz12345' x", f"password={REDACTED}' x"),
+        ("password=hunter2token: ab", f"password={REDACTED} ab"),  # too short to be a value
+        ("token=YWJjZA== and more", f"token={REDACTED} and more"),  # `=` ends no assignment
+    ],
+)
+def test_a_value_that_took_the_next_keyword_runs_on_into_its_value(text: str, expected: str) -> None:
+    # Matches do not overlap: the second assignment would be missed, its value left in clear.
+    assert redact_text(text) == expected
+
+
+def test_the_keyword_regex_spells_exactly_the_keyword_list() -> None:
+    # The regex varies only at a separator: every spelling of each word with `_`, `-` or none.
+    spellings = {
+        word.replace(sep, other) for word in KEYWORDS for sep in "_-" for other in ("", "_", "-")
+    } | {word.replace(sep, "") for word in KEYWORDS for sep in "_-"}
+    assert {word for word in spellings if re.fullmatch(KEYWORD, word)} == set(KEYWORDS)
 
 
 def test_a_private_key_block_is_masked_from_its_first_header_to_the_first_footer_after_it() -> None:
