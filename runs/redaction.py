@@ -35,17 +35,6 @@ class _PrivateKeyBlocks:
     _begin = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----")
     _end = re.compile(r"-----END [A-Z ]*PRIVATE KEY-----")
 
-    def sub(self, repl: str, string: str) -> str:
-        parts: list[str] = []
-        pos = 0
-        for start, end in self.spans(string):
-            parts += [string[pos:start], repl]
-            pos = end
-        if not parts:
-            return string
-        parts.append(string[pos:])
-        return "".join(parts)
-
     def spans(self, string: str, pos: int = 0) -> Iterator[tuple[int, int]]:
         """(start, end) of each block from `pos` on."""
         while (begin := self._begin.search(string, pos)) is not None:

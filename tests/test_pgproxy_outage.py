@@ -12,6 +12,7 @@ import psycopg
 import pytest
 from django.db import connection
 
+from runs.runner import connections
 from tests.support.pgproxy import UNENCRYPTED, PgProxy
 from tests.support.procs import wait_for
 
@@ -48,18 +49,10 @@ def waiting_on_the_lock() -> bool:
 def test_a_statement_running_when_the_proxy_goes_down_has_ended_when_down_returns(
     pg_proxy: PgProxy, probe: None
 ) -> None:
-    conf = connection.settings_dict
-    user = conf.get("USER") or "postgres"
-    client = psycopg.connect(
-        host="127.0.0.1", port=pg_proxy.port, dbname=conf["NAME"], user=user, autocommit=True, **UNENCRYPTED
-    )
-    with psycopg.connect(
-        host=conf.get("HOST") or "127.0.0.1",
-        port=conf.get("PORT") or 5432,
-        dbname=conf["NAME"],
-        user=user,
-        autocommit=True,
-    ) as holder:
+    direct = connections.connection_params()
+    through_the_proxy = {**direct, "host": "127.0.0.1", "port": pg_proxy.port, **UNENCRYPTED}
+    client = psycopg.connect(**through_the_proxy, autocommit=True)
+    with psycopg.connect(**direct, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s)", [LOCK])
         cut: list[Exception] = []
 

@@ -17,7 +17,7 @@ import hypothesis
 from hypothesis import strategies as st
 
 from runs.journal import NewEvent
-from runs.redaction import HOLD_CHARS, PATTERNS, REDACTED, redact_text
+from runs.redaction import HOLD_CHARS, PATTERNS, REDACTED, redact_text, secret_spans
 from runs.runner import redact_stream
 from runs.runner.redact_stream import DeltaGuard
 from tests.support.redaction import plainly_redacted
@@ -160,15 +160,7 @@ URL_CREDENTIALS = re.compile(r"(?=(://[^\s:/@]+:[^\s@/]*))")  # a look-ahead: th
 
 
 def a_long_secret_overlaps_another(text: str) -> bool:
-    spans = sorted(
-        span
-        for pattern, _ in PATTERNS
-        for span in (
-            (match.span() for match in pattern.finditer(text))
-            if isinstance(pattern, re.Pattern)
-            else pattern.spans(text)
-        )
-    )
+    spans = sorted(span for pattern, _ in PATTERNS for span in secret_spans(pattern, 0, text))
     return any(
         end >= begin and max(end - start, end2 - begin) > HOLD_CHARS  # touching: a look-behind
         for (start, end), (begin, end2) in pairwise(spans)
