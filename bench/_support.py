@@ -100,6 +100,8 @@ def setup(db: str, *, redis: bool, name: str, **extra_env: str) -> BenchEnv:
         "HERMESWEB_ALLOWED_ROOTS": str(data_dir / "projects"),
         "SECRET_KEY": SECRET_KEY,
         "HERMESWEB_LOG_LEVEL": "WARNING",
+        # Benchmarks open thousands of sockets as one user: past the per-user cap's default (100).
+        "HERMESWEB_MAX_SOCKETS_PER_USER": "1000000",
         "PYTHONUNBUFFERED": "1",
         "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
     }

@@ -6,7 +6,7 @@ encodes each event once and hands it to `websockets.broadcast` for every socket 
 session: no Django, no ASGI, no per-socket task, no authentication. Nothing in one Python process delivers a
 journal event to N sockets for less.
 
-usage: python -m bench.raw_server PORT   (REDIS_URL, HERMESWEB_REDIS_PREFIX from the environment)
+usage: python -m bench.raw_server PORT   (REDIS_URL, HERMESWEB_REDIS_PREFIX, SECRET_KEY from the environment)
 """
 
 from __future__ import annotations
@@ -19,13 +19,17 @@ from collections import defaultdict
 from typing import Any
 
 import orjson
-from channels_redis.pubsub import RedisPubSubChannelLayer
 from websockets.asyncio.server import ServerConnection, broadcast, serve
+
+from hermesweb.channel_layer import SealedPubSubLayer, sealing_keys
 
 
 async def main(port: int) -> None:
-    layer = RedisPubSubChannelLayer(
-        hosts=[os.environ["REDIS_URL"]], prefix=os.environ.get("HERMESWEB_REDIS_PREFIX", "hermesweb")
+    # The runners seal what they publish (hermesweb.channel_layer): opening it is part of the doorbell.
+    layer = SealedPubSubLayer(
+        hosts=[os.environ["REDIS_URL"]],
+        prefix=os.environ.get("HERMESWEB_REDIS_PREFIX", "hermesweb"),
+        symmetric_encryption_keys=sealing_keys(os.environ["SECRET_KEY"]),
     )
     channel = await layer.new_channel()
     # Runners publish to the journal group, one message per group commit (runs.notify).

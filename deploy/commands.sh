@@ -7,7 +7,7 @@
 #   commands.sh web PORT       one daphne on $HERMESWEB_WEB_BIND:PORT  (hermesweb-web@PORT.service)
 #   commands.sh runner [ARGS]  one runner; its id is host-pid-random   (hermesweb-runner@N.service)
 #   commands.sh migrate        apply the database migrations (once per release, before restarts)
-#   commands.sh collectstatic  copy the static files to $HERMESWEB_DATA_DIR/static (for nginx)
+#   commands.sh collectstatic  copy the static files to $HERMESWEB_STATIC_ROOT (for nginx)
 #   commands.sh doctor         check database, channel layer, agents, roots and runners
 #   commands.sh manage ARGS    any other management command (create_token, reap_stale_runs, …)
 #

@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
@@ -67,3 +69,25 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
         count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
         self.message_user(request, f"Revoked {count} token(s).")
+
+
+class UserWithTokensAdmin(UserAdmin):
+    """Django's user admin, with revoking every API token of the selected users."""
+
+    actions = ["revoke_api_tokens"]
+
+    @admin.action(description="Revoke all API tokens of selected users", permissions=["revoke_tokens"])
+    def revoke_api_tokens(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
+        in_force = ApiToken.objects.filter(user__in=queryset.values("pk"), revoked_at__isnull=True)
+        count = in_force.update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} token(s).")
+
+    def has_revoke_tokens_permission(self, request: HttpRequest) -> bool:
+        # The same permission as revoking tokens one by one on the tokens' own page.
+        return bool(request.user.has_perm("hermesweb.change_apitoken"))
+
+
+_user_model = get_user_model()
+if admin.site.is_registered(_user_model):
+    admin.site.unregister(_user_model)
+admin.site.register(_user_model, UserWithTokensAdmin)

@@ -119,6 +119,7 @@ def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
 api.add_router("", "projects.api.router")
 api.add_router("", "runs.api.router")
 api.add_router("", "intents.api.router")
+api.add_router("", "hermesweb.tokens.router")
 
 
 # ---------------------------------------------------------------- health
@@ -154,12 +155,20 @@ class SandboxHealth(Schema):
     warnings: list[str]
 
 
+class DataDirHealth(Schema):
+    """The data directory and what lies directly in it, owner-only (docs/security.md): warnings only."""
+
+    ok: bool
+    warnings: list[str]
+
+
 class HealthOut(Schema):
     ok: bool
     database: DatabaseHealth
     channel_layer: ChannelLayerHealth
     runners: list[RunnerHealth]
     sandbox: SandboxHealth
+    data_dir: DataDirHealth
 
 
 def _database_health() -> DatabaseHealth:
@@ -223,6 +232,14 @@ def _sandbox_health(runners: list[Any]) -> SandboxHealth:
     return SandboxHealth(ok=not warnings, bwrap=agents.bwrap().path, warnings=warnings)
 
 
+def _data_dir_health() -> DataDirHealth:
+    """One level deep on every call (doctor walks it all): below a 0700 directory nothing is reachable."""
+    from hermesweb.data_dir import settings_warnings
+
+    warnings = settings_warnings(deep=False)
+    return DataDirHealth(ok=not warnings, warnings=warnings)
+
+
 def _alive_runners() -> list[Any]:
     from runs.models import Runner
 
@@ -231,12 +248,13 @@ def _alive_runners() -> list[Any]:
 
 @api.get("/health", response={200: HealthOut, 503: HealthOut}, tags=["health"])
 def health(request: HttpRequest) -> Status[HealthOut]:
-    """Database, channel layer (a Redis ping when configured), the runners' heartbeats, and
-    the agent sandbox.
+    """Database, channel layer (a Redis ping when configured), the runners' heartbeats, the
+    agent sandbox, and the data directory's modes.
 
     503 when the database or the channel layer fails; a missing runner is
     reported, not failed, because the web process is still useful without one;
-    so are agents that run unsandboxed (`runs.agents.sandbox_warnings`).
+    so are agents that run unsandboxed (`runs.agents.sandbox_warnings`) and a data
+    directory open to other local accounts (`hermesweb.data_dir`).
     """
     database = _database_health()
     channel_layer = _channel_layer_health()
@@ -249,6 +267,7 @@ def health(request: HttpRequest) -> Status[HealthOut]:
         channel_layer=channel_layer,
         runners=runners,
         sandbox=_sandbox_health(alive),
+        data_dir=_data_dir_health(),
     )
     return Status(200 if ok else 503, body)
 

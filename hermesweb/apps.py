@@ -52,3 +52,14 @@ class HermeswebConfig(AppConfig):
         post_delete.connect(
             auth.on_user_deleted, sender=user_model, dispatch_uid="hermesweb.sockets_on_user_deleted"
         )
+        # A new password or a deactivation revokes the user's API tokens (hermesweb/tokens.py).
+        from hermesweb import tokens
+
+        post_init.connect(
+            tokens.remember_credentials, sender=user_model, dispatch_uid="hermesweb.token_credentials"
+        )
+        post_save.connect(
+            tokens.revoke_on_credentials_change,
+            sender=user_model,
+            dispatch_uid="hermesweb.tokens_on_user_saved",
+        )

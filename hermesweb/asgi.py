@@ -9,12 +9,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hermesweb.settings")
 # Django must be set up before anything imports models (the consumers do).
 django.setup(set_prefix=False)
 
+from hermesweb.access_log import route_daphne_access_log  # noqa: E402
 from hermesweb.body_limit import BodyLimit, guard_daphne  # noqa: E402
 from hermesweb.handlers import OneHopASGIHandler  # noqa: E402
+from hermesweb.line_limit import guard_daphne_lines  # noqa: E402
 
 django_asgi_app = OneHopASGIHandler()
 # Bodies over the route's allowance are refused before they are read or spooled (docs/security.md).
 guard_daphne()
+# daphne's access log goes through LOGGING's redaction like any line (docs/security.md, "Redaction").
+route_daphne_access_log()
+# An over-long URL or header line is answered 414/431, not dropped without a word.
+guard_daphne_lines()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.sessions import CookieMiddleware  # noqa: E402

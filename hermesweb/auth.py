@@ -17,7 +17,11 @@ from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
 
+from axes.attempts import get_cool_off_threshold
 from axes.backends import AxesStandaloneBackend
+from axes.handlers.database import AxesDatabaseHandler
+from axes.helpers import get_failure_limit
+from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth import (
     BACKEND_SESSION_KEY,
@@ -30,6 +34,7 @@ from django.contrib.auth import get_user as auth_get_user
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
@@ -54,6 +59,29 @@ class LoginThrottleBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username, password, **kw)
+
+
+class LoginThrottleHandler(AxesDatabaseHandler):
+    """axes' database handler with a second, much higher threshold per address (docs/security.md).
+
+    axes' lockout parameter is one username at one address (AXES_FAILURE_LIMIT): a guesser
+    inventing names no longer locks out the real users behind its address (every local process
+    shares 127.0.0.1). All failures from one address, whatever the names, still lock that
+    address at HERMESWEB_LOGIN_ADDRESS_FAILURE_LIMIT. A success clears only its own username's
+    count there, so an account of one's own does not reset the address's.
+    """
+
+    def get_failures(self, request: HttpRequest, credentials: dict[str, Any] | None = None) -> int:
+        failures = super().get_failures(request, credentials)
+        limit = get_failure_limit(request, credentials)
+        if failures >= limit:
+            return failures
+        attempts = AccessAttempt.objects.filter(ip_address=request.axes_ip_address)  # type: ignore[attr-defined]
+        if settings.AXES_COOLOFF_TIME is not None:
+            attempts = attempts.filter(attempt_time__gte=get_cool_off_threshold(request))
+        from_address = attempts.aggregate(total=Sum("failures_since_start"))["total"] or 0
+        # axes compares this one number with its one limit, at the sign-in and after a failure.
+        return limit if from_address >= settings.HERMESWEB_LOGIN_ADDRESS_FAILURE_LIMIT else failures
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})

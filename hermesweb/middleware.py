@@ -31,3 +31,31 @@ MessageMiddleware = _sync_only(messages.MessageMiddleware)
 XFrameOptionsMiddleware = _sync_only(clickjacking.XFrameOptionsMiddleware)
 # Turns a sign-in django-axes refused into its 429 lockout page (settings: AXES_*).
 AxesMiddleware = _sync_only(axes.AxesMiddleware)
+
+
+class AdminContentSecurityPolicy:
+    """The pages' Content-Security-Policy (hermesweb/views.py) on the admin's answers too.
+
+    The admin's templates carry no inline script or style (Django 6 made them CSP-clean), so the
+    same policy holds there: a script injected into a row the admin shows does not run.
+    """
+
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Any) -> None:
+        from hermesweb.views import CONTENT_SECURITY_POLICY
+
+        self.get_response = get_response
+        self.policy = CONTENT_SECURITY_POLICY
+        self.prefix: str | None = None
+
+    def __call__(self, request: Any) -> Any:
+        response = self.get_response(request)
+        if self.prefix is None:
+            from django.urls import reverse
+
+            self.prefix = reverse("admin:index")
+        if request.path.startswith(self.prefix):
+            response.headers.setdefault("Content-Security-Policy", self.policy)
+        return response

@@ -44,6 +44,11 @@ class ApiToken(models.Model):
         return token, raw
 
     @classmethod
+    def revoke_all(cls, user_id: Any) -> int:
+        """Revoke every token of the user still in force; how many."""
+        return cls.objects.filter(user_id=user_id, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+    @classmethod
     def user_for(cls, raw: str) -> Any | None:
         """The active user whose unrevoked token `raw` is, or None; notes the token's use.
 
@@ -73,3 +78,20 @@ def _user_for_statement() -> str:
         f"FROM {user} u JOIN {token} t ON t.user_id = u.id "
         "WHERE t.digest = %s AND t.revoked_at IS NULL AND u.is_active"
     )
+
+
+class OpenSocket(models.Model):
+    """A WebSocket a web process holds open: the per-user cap counts these rows, whichever process
+    holds them (runs/live/socket_quota.py). Each process refreshes `seen_at` of its own; a row
+    not refreshed (its process died) stops counting and is deleted."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    process = models.CharField(max_length=32, help_text="The web process that holds the socket.")
+    opened_at = models.DateTimeField(default=timezone.now)
+    seen_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    class Meta:
+        verbose_name = "open socket"
+
+    def __str__(self) -> str:
+        return f"socket {self.pk} of user {self.user_id} ({self.process})"

@@ -15,6 +15,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from hermesweb.data_dir import narrow_sqlite, prepare, private_umask
 from hermesweb.env import (
     check_data_dir_outside_roots,
     env_bool,
@@ -31,8 +32,12 @@ from runs.pgcheck import check_pooled
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
+# Every process of ours (web, runner, commands, tests) loads these settings before it writes a
+# byte: from here on what it and its agents create is owner-only (docs/security.md, "The data
+# directory"), and the data directory is 0700 however an older version left it.
+private_umask()
 DATA_DIR = Path(env_str("HERMESWEB_DATA_DIR", str(BASE_DIR / "var"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+prepare(DATA_DIR)
 
 DEBUG = env_bool("DEBUG", False)
 
@@ -96,6 +101,7 @@ MIDDLEWARE = [
     "hermesweb.middleware.AuthenticationMiddleware",
     "hermesweb.middleware.MessageMiddleware",
     "hermesweb.middleware.XFrameOptionsMiddleware",
+    "hermesweb.middleware.AdminContentSecurityPolicy",
     # Last, as django-axes requires: it answers a locked-out sign-in with 429.
     "hermesweb.middleware.AxesMiddleware",
 ]
@@ -164,6 +170,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # requests it serves (hermesweb/handlers.py): opening one, pragmas and schema, was a third
     # of a small request. One left in a transaction, or broken, is still closed.
     DATABASES["default"]["CONN_MAX_AGE"] = None
+    # A database an older version left 0644 would hand its mode to every new WAL.
+    narrow_sqlite(DATABASES["default"]["NAME"])
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -171,11 +179,12 @@ REDIS_URL = env_str("REDIS_URL")
 if REDIS_URL:
     if not REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
         raise ImproperlyConfigured(f"REDIS_URL must be a redis:// URL, got {REDIS_URL!r}")
+    from hermesweb.channel_layer import redis_channel_layer
+
+    # Sealed with a key derived from SECRET_KEY: whoever reaches Redis without it cannot put a
+    # word in anyone's socket (docs/security.md, "The channel layer").
     CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": env_str("HERMESWEB_REDIS_PREFIX", "hermesweb")},
-        }
+        "default": redis_channel_layer(REDIS_URL, env_str("HERMESWEB_REDIS_PREFIX", "hermesweb"), SECRET_KEY)
     }
 else:
     # No cross-process doorbell: consumers and the runner poll the database,
@@ -183,15 +192,19 @@ else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
 # Password guessing on /login/ and /admin/login/ (django-axes): past the limit of failures for
-# one username, or from one address, sign-ins are refused (429) until the cool-off ends.
+# one username from one address, or the much higher one for all names from one address,
+# sign-ins are refused (429) until the cool-off ends (hermesweb.auth.LoginThrottleHandler).
 # Tokens and existing sessions are never throttled; the admin lists attempts and lockouts.
 AUTHENTICATION_BACKENDS = [
     "hermesweb.auth.LoginThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env_int("HERMESWEB_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+HERMESWEB_LOGIN_ADDRESS_FAILURE_LIMIT = env_int("HERMESWEB_LOGIN_ADDRESS_FAILURE_LIMIT", 100, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_float("HERMESWEB_LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.1))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+# Per username *and* address: failures for made-up names do not lock out a real user.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_HANDLER = "hermesweb.auth.LoginThrottleHandler"
 AXES_RESET_ON_SUCCESS = True
 # axes looks for its middleware by name; ours is the same class declared sync-only.
 SILENCED_SYSTEM_CHECKS = ["axes.W002"]
@@ -214,11 +227,16 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = DATA_DIR / "static"
+# Where collectstatic copies the files for nginx: outside the 0700 data directory when nginx
+# serves them (docs/deploy.md), and world-readable whatever the umask, since nginx runs as its own user.
+STATIC_ROOT = Path(env_str("HERMESWEB_STATIC_ROOT", str(DATA_DIR / "static"))).resolve()
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     # `{% static %}` URLs carry the file's version, so browsers may keep them (docs/ui.md, "Loading").
-    "staticfiles": {"BACKEND": "hermesweb.static_assets.VersionedStaticStorage"},
+    "staticfiles": {
+        "BACKEND": "hermesweb.static_assets.VersionedStaticStorage",
+        "OPTIONS": {"file_permissions_mode": 0o644, "directory_permissions_mode": 0o755},
+    },
 }
 
 # Product settings.
@@ -259,6 +277,18 @@ HERMESWEB_MAX_REQUEST_BYTES = env_int("HERMESWEB_MAX_REQUEST_BYTES", 2 * 1024 * 
 # A page of the transcript or of rendered turns stops once its prompts and journal payloads reach
 # this (runs/transcript.py, page_turns); a single larger run comes cut short, to be read on from.
 HERMESWEB_TRANSCRIPT_PAGE_BYTES = env_int("HERMESWEB_TRANSCRIPT_PAGE_BYTES", 4 * 1024 * 1024, minimum=1024)
+# Per-user caps (docs/security.md, "Limits"): past one, the request is refused with a `code`.
+# Open sockets across every web process (runs/live/socket_quota.py): closed with 4429.
+HERMESWEB_MAX_SOCKETS_PER_USER = env_int("HERMESWEB_MAX_SOCKETS_PER_USER", 100, minimum=1)
+# Projects and sessions a user may hold (archived ones count): 409 `too_many_projects` / `too_many_sessions`.
+HERMESWEB_MAX_PROJECTS_PER_USER = env_int("HERMESWEB_MAX_PROJECTS_PER_USER", 100, minimum=1)
+HERMESWEB_MAX_SESSIONS_PER_USER = env_int("HERMESWEB_MAX_SESSIONS_PER_USER", 10_000, minimum=1)
+# Bytes of attachments a user may keep, sent or not: 413 `attachment_quota_exceeded`.
+HERMESWEB_MAX_ATTACHMENT_BYTES_PER_USER = env_int(
+    "HERMESWEB_MAX_ATTACHMENT_BYTES_PER_USER", 1024 * 1024 * 1024, minimum=1
+)
+# An upload no message named within this many hours is removed (runs.attachments.remove_unsent).
+HERMESWEB_UNSENT_ATTACHMENT_HOURS = env_float("HERMESWEB_UNSENT_ATTACHMENT_HOURS", 24.0, minimum=0.01)
 # Live delivery (docs/live-delivery.md): the embedded default tails the database at
 # LIVE_POLL; with Redis a slower safety poll repairs anything a lost notification hid.
 HERMESWEB_LIVE_POLL_SECONDS = env_float("HERMESWEB_LIVE_POLL_SECONDS", 0.1, minimum=0.001)

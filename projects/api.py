@@ -70,7 +70,8 @@ def list_projects(request: HttpRequest, filters: Query[ProjectFilter]) -> QueryS
 @router.post("/projects", response={201: ProjectOut}, tags=["projects"])
 def create_project(request: HttpRequest, payload: ProjectIn) -> Status[Project]:
     """Create a project. 422 `path_*` for a refused path, `unknown_agent` for an unconfigured agent;
-    409 `path_taken` for a path that equals, contains or sits inside another user's project."""
+    409 `path_taken` for a path that equals, contains or sits inside another user's project,
+    `too_many_projects` past HERMESWEB_MAX_PROJECTS_PER_USER."""
     project = services.do_create_project(request.auth, **payload.model_dump())
     return Status(201, project)
 
@@ -194,7 +195,8 @@ def list_sessions(request: HttpRequest, id: int, filters: Query[SessionFilter]) 
 
 @router.post("/projects/{id}/sessions", response={201: SessionOut}, tags=["sessions"])
 def create_session(request: HttpRequest, id: int, payload: SessionIn) -> Status[Session]:
-    """An empty session. 409 `project_archived` in an archived project."""
+    """An empty session. 409 `project_archived` in an archived project, `too_many_sessions` past
+    HERMESWEB_MAX_SESSIONS_PER_USER."""
     project = get_visible(Project.objects, request.auth, id, "project")
     return Status(201, services.do_create_session(project, title=payload.title))
 

@@ -4,14 +4,21 @@ A project path is a strict subdirectory of one of the operator's allowed roots (
 every user's projects), and it neither equals, contains nor sits inside another user's
 project. `validate_project_location` applies every rule: the API, the admin form and the
 runner (before it starts an agent) all call it.
+
+A path at or under another user's project answers 409 `path_taken` before anything looks at the
+disk, so no answer tells whether a directory exists in someone else's tree.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from django.conf import settings
+
+# Deeper than any real project; each prefix is resolved on its own (refuse_inside_other_projects).
+MAX_COMPONENTS = 128
 
 
 class PathRefused(ValueError):
@@ -40,6 +47,11 @@ def validate_project_path(raw: str) -> Path:
     allowed roots is refused. The roots are checked before the path is tested for existence:
     outside them the answer is `path_outside_roots` whether or not the directory exists.
     """
+    return _existing_directory(_resolve_inside_roots(raw), raw)
+
+
+def _absolute(raw: str) -> PurePosixPath:
+    """The path as written, or PathRefused (422) for what no rule needs the disk to refuse."""
     if not isinstance(raw, str) or not raw or "\x00" in raw:
         raise PathRefused("path_invalid", "Path must be a non-empty string.")
     pure = PurePosixPath(raw)
@@ -47,6 +59,14 @@ def validate_project_path(raw: str) -> Path:
         raise PathRefused("path_not_absolute", f"Path {raw!r} must be absolute.")
     if ".." in pure.parts:
         raise PathRefused("path_traversal", f"Path {raw!r} must not contain '..'.")
+    if len(pure.parts) > MAX_COMPONENTS:
+        raise PathRefused("path_invalid", f"Path {raw!r} has more than {MAX_COMPONENTS} components.")
+    return pure
+
+
+def _resolve_inside_roots(raw: str) -> Path:
+    """Every rule of validate_project_path but existence: the resolved path, or PathRefused (422)."""
+    _absolute(raw)
     try:
         resolved = Path(raw).resolve()
     except (OSError, RuntimeError, ValueError):
@@ -60,6 +80,10 @@ def validate_project_path(raw: str) -> Path:
         raise PathRefused(
             "path_is_root", f"Path {raw!r} is an allowed root; use a directory inside it for a project."
         )
+    return resolved
+
+
+def _existing_directory(resolved: Path, raw: str) -> Path:
     try:
         is_dir = resolved.is_dir()
     except OSError:  # a name too long, a link loop: Python 3.13's is_dir raises some of these
@@ -67,6 +91,36 @@ def validate_project_path(raw: str) -> Path:
     if not is_dir:
         raise PathRefused("path_not_directory", f"Path {raw!r} is not an existing directory.")
     return resolved
+
+
+def _taken(raw: str) -> PathRefused:
+    return PathRefused("path_taken", f"Path {raw!r} overlaps another user's project.", status=409)
+
+
+def refuse_inside_other_projects(raw: str, *, owner_id: Any, project_id: int | None = None) -> None:
+    """PathRefused (409 `path_taken`) when `raw`, as written or through any of its prefixes'
+    symlinks, lies at or under another user's project; no other check has looked at the disk yet.
+
+    Otherwise the answer under someone's project would say what is there: `path_not_directory`
+    for a missing name, `path_outside_roots` for a link out, `path_invalid` for a loop. Each
+    prefix is resolved (a link of one's own into another's project counts).
+    """
+    from projects.models import Project
+
+    parts = _absolute(raw).parts[1:]
+    places = [Path("/", *parts)]
+    for end in range(1, len(parts) + 1):
+        try:
+            places.append(Path(os.path.realpath(Path("/", *parts[:end]))))
+        except (OSError, RuntimeError, ValueError):  # a name too long: the 422s below say so
+            break
+    at_or_above = sorted({str(up) for place in places for up in (place, *place.parents)})
+    others = Project.objects.exclude(owner_id=owner_id)
+    if project_id is not None:
+        others = others.exclude(pk=project_id)
+    for start in range(0, len(at_or_above), 500):  # under SQLite's bound on parameters
+        if others.filter(path__in=at_or_above[start : start + 500]).exists():
+            raise _taken(raw)
 
 
 def check_path_free(path: Path, *, owner_id: Any, project_id: int | None = None) -> None:
@@ -89,9 +143,7 @@ def check_path_free(path: Path, *, owner_id: Any, project_id: int | None = None)
             continue
         other_path = Path(other)
         if _inside(path, other_path) or _inside(other_path, path):
-            raise PathRefused(
-                "path_taken", f"Path {str(path)!r} overlaps another user's project.", status=409
-            )
+            raise _taken(str(path))
 
 
 def validate_project_location(raw: str, *, owner_id: Any, project_id: int | None = None) -> Path:
@@ -101,6 +153,7 @@ def validate_project_location(raw: str, *, owner_id: Any, project_id: int | None
     changed (None for a new one). The runner calls this before it starts an agent, so a path
     saved under older rules, or a root reconfigured since, never becomes an agent's cwd.
     """
-    resolved = validate_project_path(raw)
+    refuse_inside_other_projects(raw, owner_id=owner_id, project_id=project_id)
+    resolved = _resolve_inside_roots(raw)
     check_path_free(resolved, owner_id=owner_id, project_id=project_id)
-    return resolved
+    return _existing_directory(resolved, raw)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils.text import slugify
 
@@ -96,6 +97,41 @@ def clean_template(template: str) -> str:
     return template
 
 
+# ---------------------------------------------------------------- per-user caps (docs/security.md, "Limits")
+
+
+def hold_owner(owner_id: Any) -> None:
+    """Lock the user's row until the transaction ends (call inside atomic()).
+
+    A cap's count and the insert it allows become one step: two creations at once queue here
+    instead of both passing the same count. `FOR NO KEY UPDATE` leaves inserts that reference the
+    user (which take KEY SHARE) free; SQLite's IMMEDIATE transactions serialise writers anyway.
+    """
+    users = get_user_model().objects.select_for_update(no_key=True).filter(pk=owner_id)
+    list(users.values_list("pk", flat=True))
+
+
+def refuse_past_project_cap(owner_id: Any) -> None:
+    """Conflict `too_many_projects` when the user holds HERMESWEB_MAX_PROJECTS_PER_USER (after hold_owner)."""
+    limit = settings.HERMESWEB_MAX_PROJECTS_PER_USER
+    if Project.objects.filter(owner_id=owner_id).count() >= limit:
+        raise Conflict(
+            f"You have {limit} projects, the most one user may have; delete one first.", "too_many_projects"
+        )
+
+
+def hold_session_room(owner_id: Any, *, pending: int = 0) -> None:
+    """Lock the user (hold_owner) and refuse with Conflict `too_many_sessions` when their sessions,
+    plus `pending` ones already promised (imports asked for), reach HERMESWEB_MAX_SESSIONS_PER_USER.
+    Call inside atomic(), before the session is created."""
+    hold_owner(owner_id)
+    limit = settings.HERMESWEB_MAX_SESSIONS_PER_USER
+    if Session.objects.filter(project__owner_id=owner_id).count() + pending >= limit:
+        raise Conflict(
+            f"You have {limit} sessions, the most one user may have; delete some first.", "too_many_sessions"
+        )
+
+
 def _slug_base(name: str) -> str:
     # Room is left for a "-NNNN" suffix.
     return slugify(name)[: _SLUG_MAX - 8].strip("-") or "project"
@@ -123,7 +159,7 @@ def do_create_project(
 
     Preconditions: none; `path` must resolve to an existing directory strictly inside
     HERMESWEB_ALLOWED_ROOTS, clear of other users' projects (projects.paths), and `agent`
-    must be configured (None → the default).
+    must be configured (None → the default); Conflict `too_many_projects` past the owner's cap.
     A concurrent create that takes the same slug is retried with the next one.
     """
     fields = {
@@ -135,6 +171,8 @@ def do_create_project(
     for _ in range(_SLUG_ATTEMPTS):
         try:
             with transaction.atomic():
+                hold_owner(owner.pk)
+                refuse_past_project_cap(owner.pk)
                 return Project.objects.create(owner=owner, slug=unique_slug(owner, name), **fields)
         except IntegrityError:
             continue
@@ -244,12 +282,15 @@ def do_delete_workflow(workflow: Workflow) -> None:
 def do_create_session(project: Project, *, title: str = "") -> Session:
     """Create an empty, active session; the agent's sessionId is set by the runner on the first run.
 
-    Refused (Conflict `project_archived`) in an archived project: nothing could be sent in it.
+    Refused (Conflict `project_archived`) in an archived project: nothing could be sent in it;
+    Conflict `too_many_sessions` past the owner's cap.
     """
     from runs import notify
 
     refuse_if_archived(project)
-    session = Session.objects.create(project=project, title=title)
+    with transaction.atomic():
+        hold_session_room(project.owner_id)
+        session = Session.objects.create(project=project, title=title)
     # The owner's other tabs list it (runs.live.user_feed).
     transaction.on_commit(lambda: notify.publish_user_sessions_changed(project.owner_id))
     return session

@@ -7,6 +7,7 @@ through the API, because an agent entry is a command line the runner executes.
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import os
 import re
@@ -37,6 +38,10 @@ class AgentSpec:
     # Where the agent runs (runs/runner/sandbox.py): "auto" in bubblewrap when bwrap works on
     # this host, else unsandboxed with a warning; "required" bubblewrap or no start; "none" never.
     sandbox: str = "auto"
+    # What the sandboxed agent may reach (runs/runner/netpolicy.py): None (no key) public
+    # addresses only; "all" the host's network, unfiltered (unsafe); else the listed
+    # "host[:port]" entries only, () being no network at all.
+    network: str | tuple[str, ...] | None = None
 
     def resolved_command(self) -> str | None:
         if os.path.isabs(self.command):
@@ -57,6 +62,50 @@ class AgentSpec:
 # Commands that are Hermes even when the operator set no HERMES_HOME (the built-in entry).
 HERMES_COMMANDS = frozenset({"hermes-acp", "hermes"})
 SANDBOX_MODES = ("auto", "required", "none")
+NETWORK_ALL = "all"
+# One DNS label of an agent's `network` entry (ASCII: an IDN is written in its punycode form).
+_LABEL = r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?"
+_HOST_NAME = re.compile(rf"(?:\*\.)?(?:{_LABEL}\.)*{_LABEL}", re.ASCII)
+
+
+def parse_network_entry(entry: object) -> tuple[str, int | None]:
+    """One `network` entry, `host[:port]`, as (host, port or None); ValueError saying what is wrong.
+
+    The host is a lowercase name (`*.example.com`: any name below example.com), an IPv4 address
+    or an IPv6 address in brackets (`[::1]:8765`), written canonically.
+    """
+    if not isinstance(entry, str) or not entry:
+        raise ValueError(f'{entry!r} is not a "host[:port]" string')
+    host, port_text, bracketed = entry, None, entry.startswith("[")
+    if bracketed:
+        host, closed, rest = entry[1:].partition("]")
+        if not closed or rest[:1] not in ("", ":"):
+            raise ValueError(f"{entry!r}: write an IPv6 address as [address] or [address]:port")
+        port_text = rest[1:] if rest else None
+    elif entry.count(":") > 1:
+        # `::1:8765` is itself an address: without brackets the port cannot be told apart.
+        raise ValueError(f"{entry!r}: write an IPv6 address as [address] or [address]:port")
+    elif ":" in entry:
+        host, port_text = entry.split(":")
+    port = None
+    if port_text is not None:
+        if not re.fullmatch(r"[0-9]{1,5}", port_text, re.ASCII) or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"{entry!r}: the port must be a number from 1 to 65535")
+        port = int(port_text)
+    try:
+        address = ipaddress.IPv6Address(host) if bracketed else ipaddress.IPv4Address(host)
+        return str(address), port
+    except ValueError:
+        if bracketed:
+            raise ValueError(f"{entry!r}: [{host}] is not an IPv6 address") from None
+    host = host.lower().removesuffix(".")
+    # A last label of digits is no name: resolvers read `127.1` or `10.1` as an address.
+    if len(host) > 253 or not _HOST_NAME.fullmatch(host) or host.rsplit(".", 1)[-1].isdigit():
+        raise ValueError(
+            f"{entry!r} is not a host name, `*.domain`, IPv4 address or [IPv6 address]"
+            + (' (for every host, network = "all")' if host == "*" else "")
+        )
+    return host, port
 
 
 def agent_state_dir(data_dir: Path, owner_id: int, agent_name: str) -> Path:
@@ -134,6 +183,19 @@ def _spec(name: str, raw: Any, source: str) -> AgentSpec:
     sandbox = raw.get("sandbox", "auto")
     if sandbox not in SANDBOX_MODES:
         raise ImproperlyConfigured(f"{source}: agent {name!r} 'sandbox' must be {'|'.join(SANDBOX_MODES)}")
+    network = raw.get("network")
+    if network is not None and network != NETWORK_ALL:
+        if not isinstance(network, list):
+            raise ImproperlyConfigured(
+                f'{source}: agent {name!r} \'network\' must be "all" or a list of "host[:port]" '
+                f"strings ([] for no network; leave it out for public addresses only), got {network!r}"
+            )
+        for entry in network:
+            try:
+                parse_network_entry(entry)
+            except ValueError as exc:
+                raise ImproperlyConfigured(f"{source}: agent {name!r} 'network': {exc}") from None
+        network = tuple(network)
     return AgentSpec(
         name=name,
         command=command,
@@ -142,6 +204,7 @@ def _spec(name: str, raw: Any, source: str) -> AgentSpec:
         cumulative_usage=bool(raw.get("cumulative_usage", False)),
         steer=steer,
         sandbox=sandbox,
+        network=network,
     )
 
 

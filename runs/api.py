@@ -102,7 +102,8 @@ def fork_session(request: HttpRequest, id: int) -> Status[Session]:
     The agent session is forked (ACP `session/fork`) on the new session's first turn. 409
     `session_archived` / `project_archived`, 409 `session_busy` while a turn is queued or running,
     422 `unsupported` when there is no agent session yet or the agent cannot fork, 422
-    `agent_unavailable` when no runner has started the agent yet to say. Each call makes a new fork.
+    `agent_unavailable` when no runner has started the agent yet to say, 409 `too_many_sessions`
+    past the owner's cap. Each call makes a new fork.
     """
     if not 1 <= id <= MAX_ID:
         raise not_found("session")
@@ -128,6 +129,7 @@ def turn_out(turn: transcript_pages.PagedTurn) -> TurnOut:
         last_seq=run.last_seq,
         error=run.error or None,
         usage=run.usage,
+        network_refused=run.network_refused,
         created_at=run.created_at,
         started_at=run.started_at,
         finished_at=run.finished_at,
@@ -404,7 +406,8 @@ def import_session(request: HttpRequest, id: int, payload: ImportIn) -> Status[J
 
     Idempotent: an agent session already imported in this project answers a
     done job with the same `session_id`; a pending request for it is reused.
-    Only an id the project's latest discovery listed is imported: any other is 404.
+    Only an id the project's latest discovery listed is imported: any other is 404. 409
+    `too_many_sessions` when the owner's sessions and open imports reach their cap.
     """
     project = get_visible(Project.objects, request.auth, id, "project")
     try:

@@ -18,16 +18,20 @@ import secrets
 import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Sum
 from django.db.models.signals import post_delete
 from django.dispatch import receiver
+from django.utils import timezone
 
 from hermesweb.private_files import PRIVATE_MODE
 from projects.models import Session
+from projects.services import hold_owner
 from runs.models import Attachment, Runner
 
 ATTACHMENTS_DIR = "attachments"
@@ -111,13 +115,18 @@ def do_upload_attachment(user: Any, session_id: int, upload: Upload) -> Attachme
     """Store `upload` for the session `user` owns (else Session.DoesNotExist) and record it.
 
     Refused (AttachmentRefused): larger than HERMESWEB_ATTACHMENT_MAX_BYTES (413
-    `attachment_too_large`); neither a known image nor UTF-8 text, or an image the
-    session's agent does not take (422 `unsupported_attachment`). Nothing is kept then.
+    `attachment_too_large`); more than the owner's HERMESWEB_MAX_ATTACHMENT_BYTES_PER_USER with
+    what they keep already (413 `attachment_quota_exceeded`); neither a known image nor UTF-8
+    text, or an image the session's agent does not take (422 `unsupported_attachment`). Nothing
+    is kept then.
     """
     session = Session.objects.visible_to(user).select_related("project").get(pk=session_id)
     limit = settings.HERMESWEB_ATTACHMENT_MAX_BYTES
     if upload.size is not None and upload.size > limit:
         raise too_large(limit)
+    owner_id = session.project.owner_id
+    if upload.size is not None:
+        refuse_past_quota(owner_id, upload.size)  # before a byte is written; checked again below
     name = clean_name(upload.name)
     folder = storage_root() / f"u{session.project.owner_id}" / f"s{session.pk}"
     for level in (folder.parent.parent, folder.parent, folder):  # each owner-only, not just the last
@@ -131,18 +140,36 @@ def do_upload_attachment(user: Any, session_id: int, upload: Upload) -> Attachme
             raise AttachmentRefused(
                 422, "unsupported_attachment", f"The agent {session.project.agent!r} does not take images."
             )
-        return Attachment.objects.create(
-            session=session,
-            name=name,
-            mime_type=mime,
-            size=size,
-            sha256=digest,
-            path=str(target.relative_to(settings.DATA_DIR)),
-        )
+        with transaction.atomic():
+            # Uploads at once queue on the owner's row: each counts what the others kept.
+            hold_owner(owner_id)
+            refuse_past_quota(owner_id, size)
+            return Attachment.objects.create(
+                session=session,
+                name=name,
+                mime_type=mime,
+                size=size,
+                sha256=digest,
+                path=str(target.relative_to(settings.DATA_DIR)),
+            )
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             target.unlink()
         raise
+
+
+def refuse_past_quota(owner_id: Any, size: int) -> None:
+    """AttachmentRefused 413 `attachment_quota_exceeded` when `size` more bytes would take the
+    owner's attachments, sent or not, past HERMESWEB_MAX_ATTACHMENT_BYTES_PER_USER."""
+    quota = settings.HERMESWEB_MAX_ATTACHMENT_BYTES_PER_USER
+    owned = Attachment.objects.filter(session__project__owner_id=owner_id)
+    kept = owned.aggregate(total=Sum("size"))["total"] or 0
+    if kept + size > quota:
+        raise AttachmentRefused(
+            413,
+            "attachment_quota_exceeded",
+            f"Your attachments may hold at most {quota} bytes in all; delete sessions that hold some first.",
+        )
 
 
 def too_large(limit: int) -> AttachmentRefused:
@@ -207,17 +234,45 @@ def describe_for_message(user: Any, session_id: int, ids: Sequence[int]) -> list
     """The stored form ({id, name, mime_type, size}) of `ids`, in their order, for a message.
 
     Each must be an upload of that session, which `user` owns: else Attachment.DoesNotExist.
+    Each is marked sent first, so remove_unsent keeps it; one it removed meanwhile is not found.
     """
     wanted = list(dict.fromkeys(ids))
-    found = {
-        attachment.pk: attachment
-        for attachment in Attachment.objects.filter(
-            pk__in=wanted, session_id=session_id, session__project__owner=user
-        )
-    }
+    mine = Attachment.objects.filter(pk__in=wanted, session_id=session_id, session__project__owner=user)
+    mine.filter(sent_at__isnull=True).update(sent_at=timezone.now())
+    found = {attachment.pk: attachment for attachment in mine}
     if len(found) != len(wanted):
         raise Attachment.DoesNotExist("No such attachment.")
     return [found[pk].described() for pk in wanted]
+
+
+def unsent_before(older_than: timedelta | None = None) -> Any:
+    """Uploads no message named, made before `older_than` (HERMESWEB_UNSENT_ATTACHMENT_HOURS) ago."""
+    if older_than is None:
+        older_than = timedelta(hours=settings.HERMESWEB_UNSENT_ATTACHMENT_HOURS)
+    return Attachment.objects.filter(sent_at__isnull=True, created_at__lt=timezone.now() - older_than)
+
+
+def remove_unsent(older_than: timedelta | None = None, *, batch: int = 500) -> int:
+    """Delete the uploads no message named within `older_than` (a day), files too; how many.
+
+    The runners call it in their housekeeping, and the `remove_unsent_attachments` command. The
+    rows are locked while they go (PostgreSQL; SQLite's write lock does the same), so a message
+    naming one at that moment either marks it sent first, and it stays, or finds it gone (404).
+    """
+    removed = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                unsent_before(older_than)
+                .select_for_update()
+                .order_by("pk")
+                .values_list("pk", flat=True)[:batch]
+            )
+            # post_delete removes each file once this commits.
+            Attachment.objects.filter(pk__in=rows).delete()
+        removed += len(rows)
+        if len(rows) < batch:
+            return removed
 
 
 @receiver(post_delete, sender=Attachment, dispatch_uid="runs.attachments.remove_file")

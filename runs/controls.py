@@ -234,6 +234,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "prompt_text": run.prompt_text,
         "error": run.error or None,
         "usage": run.usage or {},
+        "network_refused": run.network_refused,
         "created_at": run.created_at,
         "started_at": run.started_at,
         "finished_at": run.finished_at,

@@ -18,6 +18,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from projects.models import Project, Session
+from projects.services import hold_owner, hold_session_room
 from runs import journal, notify, search
 from runs.journal import NewEvent, done_event
 from runs.models import AgentJob, AgentJobKind, AgentJobState, EventType, Run, Runner, RunSource, RunStatus
@@ -82,7 +83,8 @@ def request_import(project: Project, agent_session_id: str, user: Any = None) ->
 
     Only an id the project's latest discovery returned is imported (else NotDiscovered): the
     discovery ran the owner's agent, with the owner's session store, in this project's
-    directory, so an id guessed or seen elsewhere never reaches `session/load`.
+    directory, so an id guessed or seen elsewhere never reaches `session/load`. Conflict
+    `too_many_sessions` when the owner's sessions and open imports reach their cap.
     """
     with transaction.atomic():
         # Serialise import requests of one project so two clicks make one job.
@@ -110,6 +112,14 @@ def request_import(project: Project, agent_session_id: str, user: Any = None) ->
         ).first()
         if open_job is not None:
             return open_job
+        # Each open import becomes a session: promised ones count toward the owner's cap.
+        hold_owner(project.owner_id)
+        promised = AgentJob.objects.filter(
+            project__owner_id=project.owner_id,
+            kind=AgentJobKind.IMPORT_SESSION,
+            state__in=(AgentJobState.PENDING, AgentJobState.RUNNING),
+        ).count()
+        hold_session_room(project.owner_id, pending=promised)
         job = AgentJob.objects.create(
             project=project,
             kind=AgentJobKind.IMPORT_SESSION,

@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from projects.models import ProjectStatus, Session, SessionStatus
+from projects.services import hold_session_room
 from runs import journal, notify, search
 from runs.journal import NewEvent, done_event
 from runs.models import TERMINAL_STATUSES, JournalEvent, Run, Runner, RunSource, RunStatus
@@ -84,6 +85,7 @@ def do_fork_session(user: Any, session_id: int) -> Session:
             )
         if not can_fork:
             raise ForkRefused(422, "unsupported", f"Agent {project.agent!r} does not support session/fork.")
+        hold_session_room(project.owner_id)  # Conflict `too_many_sessions`: a 409 at the API root
         fork = Session.objects.create(
             project=project,
             title=_fork_title(parent),

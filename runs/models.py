@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from projects.models import Project, Session
@@ -65,6 +65,10 @@ class RunQuerySet(models.QuerySet["Run"]):
         # The user's own, staff too: staff act on others' runs only through the admin.
         return self.filter(session__project__owner=user)
 
+    def count_network_refusal(self, run_ids: set[int]) -> int:
+        """One connection the agent serving these runs was refused by its network policy."""
+        return self.filter(pk__in=run_ids).update(network_refused=F("network_refused") + 1)
+
 
 class Run(models.Model):
     # No index of its own: (session, created_at) leads with it. Every index costs each insert.
@@ -81,6 +85,8 @@ class Run(models.Model):
     stop_reason = models.CharField(max_length=50, blank=True)
     error = models.TextField(blank=True)
     usage = models.JSONField(default=dict, blank=True)
+    # Connections the agent tried while this run was active and its network policy refused.
+    network_refused = models.PositiveIntegerField(default=0)
     lease_owner = models.CharField(max_length=100, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
@@ -370,9 +376,16 @@ class Attachment(models.Model):
     sha256 = models.CharField(max_length=64)
     path = models.CharField(max_length=500, help_text="Relative to the data directory.")
     created_at = models.DateTimeField(default=timezone.now)
+    # Set when a message first names it; one never named is removed after a day (remove_unsent).
+    sent_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(
+                fields=["created_at"], condition=models.Q(sent_at__isnull=True), name="attachment_unsent"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.mime_type}, session {self.session_id})"

@@ -102,6 +102,9 @@ class RunStatusOut(Schema):
     finished_at: datetime | None
     error: str | None
     usage: dict[str, Any]
+    network_refused: int = Field(
+        0, description="Connections its network policy refused the agent in the run."
+    )
 
 
 ControlTarget = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -144,6 +147,7 @@ class TurnOut(Schema):
     last_seq: int
     error: str | None
     usage: dict[str, Any]
+    network_refused: int = 0
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None

@@ -19,6 +19,7 @@ from django.db import IntegrityError, connection, transaction
 from intents import services as intent_services
 from intents.models import PendingIntent
 from projects.models import Project, ProjectStatus, Session, SessionStatus, Workflow
+from projects.services import hold_session_room
 from runs import notify
 from runs.attachments import describe_for_message
 from runs.models import ACTIVE_STATUSES, Attachment, Run, RunSource
@@ -372,7 +373,7 @@ def do_launch_workflow(
     """Render the workflow's prompt and submit it as a turn (a new session when none is given).
 
     Raises KeyError (missing variables) or ValueError (bad template) before
-    anything is written.
+    anything is written; Conflict `too_many_sessions` when a new session is past the owner's cap.
     """
     text = workflow.render(variables)
     meta = {"workflow_id": workflow.pk, "workflow_name": workflow.name, "variables": variables}
@@ -380,6 +381,7 @@ def do_launch_workflow(
         if session is None:
             session = Session.objects.filter(project=workflow.project, runs__client_id=client_id).first()
         if session is None:
+            hold_session_room(workflow.project.owner_id)
             session = Session.objects.create(
                 project=workflow.project,
                 title=workflow.name,

@@ -12,6 +12,7 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
+from hermesweb.views import CONTENT_SECURITY_POLICY
 from runs.models import ControlKind, ControlState, JournalEvent, Run, RunStatus
 from tests import factories
 from tests.support.runs import assert_journal_well_formed
@@ -118,6 +119,22 @@ def test_a_non_staff_user_cannot_run_an_action(user: Any) -> None:
 def test_anonymous_visitors_are_sent_to_the_admin_login(anonymous: Client) -> None:
     response = anonymous.get(RUNS)
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_admin_pages_send_the_sites_content_security_policy(anonymous: Client, console: Client) -> None:
+    run = finished_run()
+    answers = [
+        anonymous.get("/admin/login/"),
+        console.get("/admin/"),
+        console.get(RUNS),
+        console.get(f"{RUNS}{run.pk}/change/"),
+    ]
+
+    for response in answers:
+        assert response.status_code == 200, response.request["PATH_INFO"]
+        # The pages' own: scripts only from the site, no inline script, no framing.
+        assert response["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+    assert "'unsafe-inline'" not in CONTENT_SECURITY_POLICY
 
 
 # ---------------------------------------------------------------- the runs list

@@ -255,6 +255,7 @@ def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
         "DELETE /api/intents/{id}": Happy(intent, {"version": o["intent_version"]}),
         "POST /api/intents/{id}/steer": Happy(intent, body={"run_id": o["run"]}),
         "POST /api/intents/{id}/stop-and-send": Happy(intent, body={}),
+        "POST /api/tokens/revoke-all": Happy({}),
     }
 
 

@@ -81,6 +81,25 @@ def test_initialize_advertises_load_list_images_embedded_files_and_slash_steer(h
     run(body)
 
 
+def test_the_reference_states_the_prompt_capabilities_the_agent_advertises(home: Path) -> None:
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "demo-agent.md").read_text()
+    stated = re.search(
+        r"promptCapabilities: \{image: (\w+), audio: (\w+),\s+embeddedContext: (\w+)\}", reference
+    )
+    assert stated is not None, "docs/demo-agent.md no longer states promptCapabilities"
+    advertised: list[Any] = []
+
+    async def body() -> None:
+        async with demo_agent(home) as agent:
+            caps = agent.init.agent_capabilities
+            assert caps is not None and caps.prompt_capabilities is not None
+            prompts = caps.prompt_capabilities
+            advertised.extend([prompts.image, prompts.audio, prompts.embedded_context])
+
+    run(body)
+    assert [word == "true" for word in stated.groups()] == advertised
+
+
 def test_new_session_advertises_help_steer_and_title_commands(home: Path, workdir: Path) -> None:
     async def body() -> None:
         async with demo_agent(home) as agent:

@@ -169,7 +169,9 @@ async def close_all(sockets: list[StormSocket]) -> None:
 def test_a_storm_of_reconnects_catches_every_socket_up_exactly_and_health_keeps_answering(
     live: LiveStack,
 ) -> None:
-    live.start_daphne()
+    # One user's storm: past the per-user socket cap with HERMESWEB_STORM_SOCKETS=200, and a
+    # retried handshake holds its row until its socket's close is handled.
+    live.start_daphne(HERMESWEB_MAX_SOCKETS_PER_USER=str(4 * SOCKETS))
     assert live.daphne is not None
     session = factories.SessionFactory()
     run = factories.RunFactory(session=session, status=RunStatus.RUNNING)

@@ -18,6 +18,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 from django.test import Client
 
+from hermesweb.channel_layer import redis_channel_layer
 from projects.models import Project, Session
 from runs import notify
 from runs.models import Run, RunStatus
@@ -158,10 +159,7 @@ def redis_layer(settings: Any) -> str:
     settings.REDIS_URL = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
     prefix = f"hwtest-{uuid.uuid4().hex[:10]}"
     settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": prefix},
-        }
+        "default": redis_channel_layer(settings.REDIS_URL, prefix, settings.SECRET_KEY)
     }
     return prefix
 

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from channels_redis.pubsub import RedisPubSubChannelLayer
 from django.db import connection
 
+from hermesweb.channel_layer import SealedPubSubLayer, redis_channel_layer, sealing_keys
 from runs.controls import do_cancel
 from runs.models import Run, RunStatus
 from tests import factories
@@ -60,12 +60,7 @@ def stack(
 ) -> Iterator[deployed.Stack]:
     prefix = f"hwtest-{uuid.uuid4().hex[:10]}"
     settings.REDIS_URL = private_redis.url
-    settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [private_redis.url], "prefix": prefix},
-        }
-    }
+    settings.CHANNEL_LAYERS = {"default": redis_channel_layer(private_redis.url, prefix, settings.SECRET_KEY)}
     settings.HERMESWEB_TEST_REDIS_PREFIX = prefix
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
@@ -204,7 +199,9 @@ def test_redis_dies_mid_run_and_comes_back_without_losing_or_repeating_an_event(
         other.send(type="submit", client_id="after-the-return", text="hold, after the return")
         fresh = Run.objects.get(pk=submitted(other, "after-the-return")["run_id"])
         # The runner's notifications reach Redis again ...
-        decoder = RedisPubSubChannelLayer(hosts=[private_redis.url])
+        decoder = SealedPubSubLayer(
+            hosts=[private_redis.url], symmetric_encryption_keys=sealing_keys(settings.SECRET_KEY)
+        )
         published: list[dict[str, Any]] = []
 
         def a_notification_of_the_fresh_run() -> bool:

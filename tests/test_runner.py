@@ -346,7 +346,7 @@ def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session(
     host = StubHost()
     previous = execution_of(factories.RunFactory(status=RunStatus.COMPLETED), host)
     following = object()
-    previous.process = SimpleNamespace(sinks={"agent-session": following})  # type: ignore[assignment]
+    previous.process = SimpleNamespace(sinks={"agent-session": following}, runs=set())  # type: ignore[assignment]
     previous.agent_session_id = "agent-session"
     asyncio.run(previous.release_agent())
     assert previous.process.sinks == {"agent-session": following}

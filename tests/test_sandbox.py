@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -29,7 +31,8 @@ from runs import agents
 from runs.agents import AgentSpec, Bwrap, agent_state_dir
 from runs.models import RunStatus
 from runs.runner import sandbox
-from runs.runner.sandbox import agent_env, bwrap_argv
+from runs.runner.account import AgentAccount
+from runs.runner.sandbox import Bound, agent_env, bwrap_argv
 from tests import factories
 from tests.support.procs import Proc, start_runner
 from tests.support.runs import assert_journal_well_formed, events, run_of, submit, wait_status
@@ -57,8 +60,8 @@ def test_the_argv_hides_the_data_dir_and_roots_and_binds_the_project_and_state_w
     argv = bwrap_argv(
         SPEC,
         "/usr/bin/python3",
-        project=Path("/srv/roots/a/p1"),
-        state_dir=Path("/srv/data/agents/7/demo"),
+        project=Bound(5, Path("/srv/roots/a/p1")),
+        state_dir=Bound(6, Path("/srv/data/agents/7/demo")),
         data_dir=Path("/srv/data"),
         roots=[Path("/srv/roots/a"), Path("/srv/roots/b")],
         hide=[Path("/etc/hermesweb")],
@@ -76,13 +79,12 @@ def test_the_argv_hides_the_data_dir_and_roots_and_binds_the_project_and_state_w
     hidden = singles(argv, "--tmpfs")
     assert set(hidden) == {"/tmp", "/run", "/srv/data", "/srv/roots/a", "/srv/roots/b", "/etc/hermesweb"}
     assert ("/dev/null", "/etc/agents.toml") in pairs(argv, "--ro-bind")
-    assert pairs(argv, "--bind") == [
-        ("/srv/roots/a/p1", "/srv/roots/a/p1"),
-        ("/srv/data/agents/7/demo", "/srv/data/agents/7/demo"),
-    ]
+    # Bound by the descriptors the runner opened, never by name (a symlink swapped in meanwhile).
+    assert "--bind" not in argv
+    assert pairs(argv, "--bind-fd") == [("5", "/srv/roots/a/p1"), ("6", "/srv/data/agents/7/demo")]
     # Every hiding mount comes before the binds it must not cover.
     last_tmpfs = max(i for i, arg in enumerate(argv) if arg == "--tmpfs")
-    assert last_tmpfs < argv.index("--bind")
+    assert last_tmpfs < argv.index("--bind-fd")
     assert argv[argv.index("--chdir") + 1] == "/srv/roots/a/p1"
     assert argv[argv.index("--") :] == ["--", "/usr/bin/python3", "-m", "runs.demo_agent"]
     # Values never ride in the argv (other users of the host see it): the environment is bwrap's own.
@@ -95,8 +97,8 @@ def test_code_under_tmp_is_bound_back_and_the_data_directory_hidden_again_after_
     argv = bwrap_argv(
         SPEC,
         "/tmp/ci/.venv/bin/python",
-        project=Path("/tmp/ci/var/projects/p"),
-        state_dir=Path("/tmp/ci/var/agents/1/demo"),
+        project=Bound(5, Path("/tmp/ci/var/projects/p")),
+        state_dir=Bound(6, Path("/tmp/ci/var/agents/1/demo")),
         data_dir=Path("/tmp/ci/var"),
         roots=[Path("/tmp/ci/var/projects")],
         code=[Path("/tmp/ci"), Path("/tmp/ci/.venv")],
@@ -104,11 +106,13 @@ def test_code_under_tmp_is_bound_back_and_the_data_directory_hidden_again_after_
     # The roots inside the data directory need no mount of their own.
     assert singles(argv, "--tmpfs") == ["/tmp", "/run", "/tmp/ci/var"]
     order = [
-        (flag, argv[i + 1]) for i, flag in enumerate(argv) if flag in ("--tmpfs", "--ro-bind-try", "--bind")
+        (flag, argv[i + 1] if flag != "--bind-fd" else argv[i + 2])
+        for i, flag in enumerate(argv)
+        if flag in ("--tmpfs", "--ro-bind-try", "--bind-fd")
     ]
     assert order.index(("--ro-bind-try", "/tmp/ci")) < order.index(("--tmpfs", "/tmp/ci/var"))
     assert order.index(("--tmpfs", "/tmp")) < order.index(("--ro-bind-try", "/tmp/ci/.venv"))
-    assert order.index(("--tmpfs", "/tmp/ci/var")) < order.index(("--bind", "/tmp/ci/var/projects/p"))
+    assert order.index(("--tmpfs", "/tmp/ci/var")) < order.index(("--bind-fd", "/tmp/ci/var/projects/p"))
 
 
 def test_the_agents_code_is_its_virtualenv_and_the_products_checkout() -> None:
@@ -116,27 +120,37 @@ def test_the_agents_code_is_its_virtualenv_and_the_products_checkout() -> None:
 
     from runs.runner.sandbox import code_dirs
 
-    assert code_dirs("/tmp/ci/.venv/bin/python") == [Path(settings.BASE_DIR).resolve(), Path("/tmp/ci/.venv")]
-    assert code_dirs("hermes-acp") == [Path(settings.BASE_DIR).resolve()]
+    runner = [Path(settings.BASE_DIR).resolve(), Path(sys.prefix), Path(sys.base_prefix).resolve()]
+    assert code_dirs("/tmp/ci/.venv/bin/python") == [*runner, Path("/tmp/ci/.venv")]
+    assert code_dirs("hermes-acp") == runner
+
+
+def test_a_virtualenvs_base_python_is_code_too(tmp_path: Path) -> None:
+    from runs.runner.sandbox import code_dirs
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /opt/python/3.12/bin\ninclude-system-site-packages = false\n")
+    assert code_dirs(str(venv / "bin" / "hermes-acp"))[-2:] == [venv, Path("/opt/python/3.12")]
 
 
 def test_hermes_gets_the_operators_config_read_only_and_its_state_writable() -> None:
-    config = (Path("/srv/hermes/config.yaml"), Path("/d/agents/3/hermes/config.yaml"))
+    config = Bound(7, Path("/d/agents/3/hermes/config.yaml"))
     argv = bwrap_argv(
         HERMES,
         "/opt/hermes/bin/hermes-acp",
-        project=Path("/r/p"),
-        state_dir=Path("/d/agents/3/hermes"),
+        project=Bound(5, Path("/r/p")),
+        state_dir=Bound(6, Path("/d/agents/3/hermes")),
         data_dir=Path("/d"),
         roots=[Path("/r")],
         hide=[Path("/srv/hermes")],
         read_only=[config],
     )
     assert "/srv/hermes" in singles(argv, "--tmpfs")
-    binds = [i for i, arg in enumerate(argv) if arg in ("--bind", "--ro-bind")]
+    binds = [i for i, arg in enumerate(argv) if arg in ("--bind-fd", "--ro-bind-fd")]
     # The config is bound after (over) the writable state directory.
     assert argv.index("/d/agents/3/hermes") < max(binds)
-    assert pairs(argv, "--ro-bind")[-1] == (str(config[0]), str(config[1]))
+    assert pairs(argv, "--ro-bind-fd")[-1] == ("7", "/d/agents/3/hermes/config.yaml")
 
 
 def test_the_environment_is_built_not_inherited() -> None:
@@ -198,24 +212,41 @@ def test_hermes_shares_only_the_operators_config_and_keys(
     state = tmp_path / "data" / "agents" / "4" / "hermes"
     project = tmp_path / "roots" / "p"
     project.mkdir(parents=True)
+    if mode == "none" and os.geteuid() == 0:
+        # A root runner never starts an agent unsandboxed: it would run as root.
+        with pytest.raises(sandbox.SandboxUnavailable, match="runs as root"):
+            sandbox.prepare(
+                dataclasses.replace(operator_hermes, sandbox=mode), operator_hermes.command,
+                cwd=str(project), project=project, state_dir=state, data_dir=tmp_path / "data",
+                roots=[tmp_path / "roots"], environ={"PATH": "/usr/bin", "HOME": str(tmp_path / "operator")},
+            )  # fmt: skip
+        return
     launch = sandbox.prepare(
         dataclasses.replace(operator_hermes, sandbox=mode), operator_hermes.command, cwd=str(project),
         project=project, state_dir=state, data_dir=tmp_path / "data", roots=[tmp_path / "roots"],
         environ={"PATH": "/usr/bin", "HOME": str(tmp_path / "operator")},
     )  # fmt: skip
-    assert launch.env["HOME"] == launch.env["HERMES_HOME"] == str(state)
-    if mode == "none":
-        # No bind outside the sandbox: private copies, made again at each start.
-        assert (state / "config.yaml").read_text() == (home / "config.yaml").read_text()
-        assert (state / ".env").stat().st_mode & 0o777 == 0o600
-        assert not (state / "state.db").exists()
-        return
-    argv = [launch.command, *launch.args]
-    # The operator's sessions, memories and keys file are hidden (here under /tmp, hidden whole).
-    assert any(home.is_relative_to(hidden) for hidden in singles(argv, "--tmpfs"))
-    assert (str(home / "hermes-agent"), str(home / "hermes-agent")) in pairs(argv, "--ro-bind-try")
-    assert (str(home / "config.yaml"), str(state / "config.yaml")) in pairs(argv, "--ro-bind")
-    assert (str(home / ".env"), str(state / ".env")) in pairs(argv, "--ro-bind")
+    try:
+        assert launch.env["HOME"] == launch.env["HERMES_HOME"] == str(state)
+        if mode == "none":
+            # No bind outside the sandbox: private copies, made again at each start.
+            assert (state / "config.yaml").read_text() == (home / "config.yaml").read_text()
+            assert (state / ".env").stat().st_mode & 0o777 == 0o600
+            assert not (state / "state.db").exists()
+            return
+        argv = [launch.command, *launch.args]
+        # The operator's sessions, memories and keys file are hidden (here under /tmp, hidden whole).
+        assert any(home.is_relative_to(hidden) for hidden in singles(argv, "--tmpfs"))
+        assert (str(home / "hermes-agent"), str(home / "hermes-agent")) in pairs(argv, "--ro-bind-try")
+        bound = {dest: Path(os.readlink(f"/proc/self/fd/{fd}")) for fd, dest in pairs(argv, "--ro-bind-fd")}
+        for name in ("config.yaml", ".env"):
+            source = bound[str(state / name)]
+            # The operator's own file, or (for a root runner's agent account) a read-only copy of it
+            # outside the agent's writable state.
+            assert source.read_text() == (home / name).read_text()
+            assert source == home / name or not source.is_relative_to(state)
+    finally:
+        launch.close_fds()
 
 
 # ---------------------------------------------------------------- when it applies, and the warnings
@@ -226,7 +257,28 @@ def no_bwrap(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(agents, "bwrap", lambda: Bwrap(None, problem="bubblewrap (bwrap) is not installed"))
 
 
-def test_without_bwrap_an_agent_runs_unsandboxed_and_says_why(no_bwrap: None, tmp_path: Path) -> None:
+@pytest.fixture
+def unprivileged_service(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner as a service user of its own (not root): agents run as that user."""
+    monkeypatch.setattr(sandbox, "agent_account", lambda environ=None: None)
+
+
+def test_a_root_runner_never_starts_an_agent_unsandboxed(
+    no_bwrap: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        sandbox, "agent_account", lambda environ=None: AgentAccount("hermesweb-agent", 999, 999)
+    )
+    with pytest.raises(sandbox.SandboxUnavailable, match="runs as root"):
+        sandbox.prepare(
+            SPEC, "/usr/bin/python3", cwd=str(tmp_path), project=tmp_path, state_dir=tmp_path / "d" / "s",
+            data_dir=tmp_path / "d", roots=[tmp_path],
+        )  # fmt: skip
+
+
+def test_without_bwrap_an_agent_runs_unsandboxed_and_says_why(
+    no_bwrap: None, unprivileged_service: None, tmp_path: Path
+) -> None:
     state = tmp_path / "data" / "agents" / "1" / "demo"
     launch = sandbox.prepare(
         SPEC, "/usr/bin/python3", cwd=str(tmp_path), project=tmp_path, state_dir=state,
@@ -318,6 +370,8 @@ class Probe:
             _check("environ", f"cat /proc/{runner_pid}/environ", "read", "hidden"),
             "echo envleak=$(env | grep -cE '^(DATABASE_URL|SECRET_KEY|REDIS_URL)=')",
             "echo procs=$(ls /proc | grep -c '^[0-9]')",
+            "echo uid=$(id -u)",
+            _check("shadow", "cat /etc/shadow", "read", "hidden"),
             'echo home="$HOME" hermes_home="${HERMES_HOME:-unset}"',
             _check("outside", f'touch "{outside}/probe"', "written", "refused"),
             "echo ok > written-by-agent.txt && echo project=written",
@@ -403,6 +457,11 @@ def test_the_demo_agent_reads_nothing_of_the_service_or_other_projects_and_edits
     run = run_of(submit(session, f"shell {probe.script}"))
     wait_status(run, RunStatus.COMPLETED, RunStatus.FAILED, timeout=60, log=runner.log)
     assert_journal_well_formed(run)
+    if mode == "none" and os.geteuid() == 0:
+        # A root runner starts no agent unsandboxed (it would run as root): the turn says so.
+        run.refresh_from_db()
+        assert run.status == RunStatus.FAILED and "runs as root" in str(run.error), run.error
+        return
     seen = Probe.results(tool_output(run))
     print(f"probe ({mode}): {seen}")
     state_dir = agent_state_dir(settings.DATA_DIR, user.pk, "demo")
@@ -422,6 +481,8 @@ def test_the_demo_agent_reads_nothing_of_the_service_or_other_projects_and_edits
     assert seen["other"] == "hidden" and seen["environ"] == "hidden", seen
     assert seen["unmounted"] == "hidden", seen  # no capability left to lift the tmpfs
     assert seen["outside"] == "refused" and not (outside_dir / "probe").exists()
+    # Never root, even when the runner is: root reads /etc/shadow through the read-only view.
+    assert seen["uid"] != "0" and seen["shadow"] == "hidden", seen
     assert int(seen["procs"]) <= 10, seen  # bwrap's init, the agent, the probe's shell and its pipes
     assert "UNSANDBOXED" not in runner.log()
 

@@ -79,6 +79,7 @@ def test_hermes_reads_nothing_of_the_service_or_other_projects_and_edits_its_own
     assert {name: seen.get(name) for name in secrets} == dict.fromkeys(secrets, "hidden"), seen
     assert (seen["other"], seen["environ"], seen["envleak"]) == ("hidden", "hidden", "0"), seen
     assert seen["unmounted"] == "hidden", seen
+    assert seen["uid"] != "0" and seen["shadow"] == "hidden", seen  # never root
     assert seen["outside"] == "refused" and not (outside_dir / "probe").exists()
     assert seen["project"] == "written"
     assert (Path(mine.path) / "written-by-agent.txt").read_text() == "ok\n"

@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 from django.db.models import Count
 
+from hermesweb.channel_layer import redis_channel_layer
 from intents.models import IntentState, PendingIntent
 from runs.controls import do_cancel, do_respond_approval
 from runs.models import Run, RunStatus
@@ -75,7 +76,7 @@ def test_the_environment_example_configures_a_process(tmp_path: Path) -> None:
         "pool = redis.Redis.from_url(s.REDIS_URL).connection_pool.connection_kwargs; "
         "print(s.HERMESWEB_HTTPS, s.SESSION_COOKIE_SECURE, s.ALLOWED_HOSTS, s.DEBUG, "
         "s.DATABASES['default']['ENGINE'], pool['socket_timeout'], pool['socket_connect_timeout'], "
-        "sorted(s.HERMESWEB_AGENTS))"
+        "pool['password'], s.CHANNEL_LAYERS['default']['BACKEND'], sorted(s.HERMESWEB_AGENTS))"
     )
     script = (
         f"set -a; . {shlex.quote(str(deployed.ENV_EXAMPLE))}; set +a; "
@@ -95,6 +96,8 @@ def test_the_environment_example_configures_a_process(tmp_path: Path) -> None:
         "django.db.backends.postgresql",
         "1.0",
         "1.0",
+        "CHANGE-ME",  # Redis with a password (docs/deploy.md), and every message sealed:
+        "hermesweb.channel_layer.SealedPubSubLayer",
         "['demo',",
         "'hermes']",
     ], done.stdout
@@ -143,7 +146,7 @@ def test_the_nginx_site_balances_every_web_process_without_stickiness() -> None:
             assert "proxy_set_header Host              $http_host;" in body, name
             assert "proxy_set_header X-Forwarded-For   $remote_addr;" in body, name
             assert "proxy_set_header X-Forwarded-Proto $scheme;" in body, name
-    assert "root /var/lib/hermesweb;" in locations["/static/"]
+    assert "root /srv/hermesweb;" in locations["/static/"]
     web = shlex.split(deployed.unit_directives(deployed.WEB_UNIT)["ExecStart"][0])
     assert web[1] == "web" and "--proxy-headers" in deployed.COMMANDS.read_text()
 
@@ -156,10 +159,7 @@ def stack(settings: Any, tmp_path: Path, transactional_db: None) -> Iterator[dep
     settings.REDIS_URL = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
     prefix = f"hwtest-{uuid.uuid4().hex[:10]}"
     settings.CHANNEL_LAYERS = {
-        "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-            "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": prefix},
-        }
+        "default": redis_channel_layer(settings.REDIS_URL, prefix, settings.SECRET_KEY)
     }
     settings.HERMESWEB_LEASE_SECONDS = LEASE_SECONDS
     log_dir = tmp_path / "logs"

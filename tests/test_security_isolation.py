@@ -82,6 +82,7 @@ NOT_OBJECT_SCOPED = {
     "api/health": "the database's, the channel layer's and the runners' health",
     "api/projects": "the caller's own projects: list, create",
     "api/search": "searches the caller's own turns (tests/test_search.py); swept for words A's turn holds",
+    "api/tokens/revoke-all": "revokes the caller's own tokens (tests/test_security_tokens.py)",
     "api/<path:rest>": "the API's fallback: 404 for a path no route matched",
 }
 SWEPT_UNSCOPED: dict[str, Callable[[World], str]] = {

@@ -124,6 +124,65 @@ def test_a_path_overlapping_another_users_project_is_taken(
     assert Project.objects.count() == 1
 
 
+def same_answers(answers: list[Any], probes: list[Path]) -> set[tuple[int, str, str]]:
+    """Each answer's status, code and message with its own path taken out."""
+    return {
+        (a.status_code, a.json()["code"], a.json()["message"].replace(str(p), "X"))
+        for a, p in zip(answers, probes, strict=True)
+    }
+
+
+def test_under_another_users_project_every_path_answers_the_same_409_existing_or_not(
+    api: Client, mallory: Client, allowed_root: Path
+) -> None:
+    theirs = directory(allowed_root / "team" / "app")
+    assert create(api, theirs).status_code == 201
+    directory(theirs / "src" / "deep")
+    (theirs / "notes.txt").write_text("")
+    (theirs / "out").symlink_to("/etc")  # out of the roots
+    (theirs / "loop").symlink_to(theirs / "loop")
+    probes = [
+        theirs / "src",
+        theirs / "src" / "deep",
+        theirs / "missing",
+        theirs / "missing" / "deeper",
+        theirs / "notes.txt",
+        theirs / "out",
+        theirs / "out" / "ssl",
+        theirs / "loop" / "x",
+    ]
+
+    answers = [create(mallory, probe) for probe in probes]
+
+    assert same_answers(answers, probes) == {(409, "path_taken", "Path 'X' overlaps another user's project.")}
+    assert Project.objects.count() == 1
+
+
+def test_through_a_link_of_ones_own_into_another_users_project_every_path_answers_the_same_409(
+    api: Client, mallory: Client, allowed_root: Path
+) -> None:
+    theirs = directory(allowed_root / "team" / "app")
+    assert create(api, theirs).status_code == 201
+    directory(theirs / "src")
+    (theirs / "out").symlink_to("/etc")
+    mine = directory(allowed_root / "mine")
+    assert create(mallory, mine).status_code == 201
+    (mine / "peek").symlink_to(theirs)  # e.g. made by the user's own agent in the project
+    probes = [mine / "peek" / "src", mine / "peek" / "missing", mine / "peek" / "out" / "ssl"]
+
+    answers = [create(mallory, probe) for probe in probes]
+
+    assert same_answers(answers, probes) == {(409, "path_taken", "Path 'X' overlaps another user's project.")}
+
+
+def test_a_path_deeper_than_any_project_is_refused_before_the_disk_is_read(
+    api: Client, allowed_root: Path
+) -> None:
+    response = create(api, allowed_root / "/".join(["a"] * 200))
+
+    assert (response.status_code, response.json()["code"]) == (422, "path_invalid")
+
+
 def test_a_sibling_whose_name_extends_another_users_path_is_not_taken(
     api: Client, mallory: Client, allowed_root: Path
 ) -> None:

@@ -45,6 +45,7 @@ from runs.live.protocol import (
 )
 from runs.live.reads import can_view, pooled
 from runs.live.signins import Watched, get_watch
+from runs.live.socket_quota import claim, get_quota
 from runs.live.subscription import Subscription
 from runs.live.user_feed import get_user_hub
 from runs.schemas import SubmitOut
@@ -58,6 +59,9 @@ CLOSE_TOO_SLOW = 4008
 # Not 1011: autobahn (under daphne) refuses any close code an application sends but 1000 and
 # 3000-4999, so 1011 only ever reached a client through daphne's "Exception inside application".
 CLOSE_INTERNAL_ERROR = 4500
+# The user holds HERMESWEB_MAX_SOCKETS_PER_USER open sockets already, across every web process
+# (runs.live.socket_quota): `too_many_sockets`. The browser retries with backoff, as for 4008.
+CLOSE_TOO_MANY_SOCKETS = 4429
 
 
 # Subscribes a socket may send: a burst of SUBSCRIBE_BURST, then SUBSCRIBE_PER_SECOND. Each one
@@ -139,20 +143,30 @@ class Admission(enum.IntEnum):
     ADMITTED = 0
     UNAUTHENTICATED = CLOSE_UNAUTHENTICATED
     NOT_FOUND = CLOSE_NOT_FOUND
+    TOO_MANY_SOCKETS = CLOSE_TOO_MANY_SOCKETS
 
 
-def admit(scope: dict[str, Any], session_id: int | None) -> Admission:
-    """Read the socket's user and, for a session socket, whether it may see the session.
+class Admitted(NamedTuple):
+    admission: Admission
+    row: int | None = None  # the socket's row in the user's count (runs.live.socket_quota)
 
-    Sync, one hop to the loop's pool for both reads (runs.live.reads.pooled): on the thread
+
+def admit(scope: dict[str, Any], session_id: int | None) -> Admitted:
+    """Read the socket's user and, for a session socket, whether it may see the session; then
+    count the socket against the user's cap.
+
+    Sync, one hop to the loop's pool for all of it (runs.live.reads.pooled): on the thread
     database_sync_to_async shares, a storm's handshakes queued behind each other.
     """
     user = read_socket_user(scope)
     if not user.is_authenticated:
-        return Admission.UNAUTHENTICATED
+        return Admitted(Admission.UNAUTHENTICATED)
     if session_id is not None and not can_view(user, session_id):
-        return Admission.NOT_FOUND
-    return Admission.ADMITTED
+        return Admitted(Admission.NOT_FOUND)
+    row = claim(user.pk)
+    if row is None:
+        return Admitted(Admission.TOO_MANY_SOCKETS)
+    return Admitted(Admission.ADMITTED, row)
 
 
 class SubmitAnswer(NamedTuple):
@@ -219,6 +233,7 @@ class SessionConsumer(AsyncWebsocketConsumer):
     outflow: Outflow | None = None
     _too_slow_task: asyncio.Task[None] | None = None
     _watching_sessions = False
+    _quota_row: int | None = None
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         # Channels' own waits on the client and on the consumer's channel together, with
@@ -252,16 +267,23 @@ class SessionConsumer(AsyncWebsocketConsumer):
         # Accept first: a refused handshake reaches the browser as a bare 1006 with no reason,
         # and daphne's handshake timeout then covers no database read (SocketSessionMiddleware).
         await self.accept()
-        admitted = await pooled(admit)(self.scope, self.session_id)
-        if admitted is not Admission.ADMITTED:
-            await self.close(code=admitted.value)
+        if not await self._admit(self.session_id):
             return
-        self._authorized = True
         self.outflow = watch(self.base_send)
         # Closed with 4401 within seconds of a logout, password change or deactivation.
         self._watched = Watched(self.scope, self._signed_out)
         await get_watch().add(self._watched)
         get_heartbeats().add(self)
+
+    async def _admit(self, session_id: int | None) -> bool:
+        admitted = await pooled(admit)(self.scope, session_id)
+        if admitted.row is None:  # refused: only an admitted socket holds a row
+            await self.close(code=admitted.admission.value)
+            return False
+        self._quota_row = admitted.row  # given back in disconnect, whatever ends the socket
+        get_quota().add(admitted.row)
+        self._authorized = True
+        return True
 
     async def _signed_out(self) -> None:
         self._authorized = False
@@ -320,12 +342,17 @@ class SessionConsumer(AsyncWebsocketConsumer):
             await get_user_hub().join(self.scope["user"].pk, self._send_text)
 
     async def disconnect(self, code: int) -> None:
-        if self._watching_sessions:
-            await get_user_hub().leave(self.scope["user"].pk, self._send_text)
-        get_heartbeats().remove(self)
-        if self._watched is not None:
-            await get_watch().remove(self._watched)
-        await self._stop_subscription()
+        try:
+            if self._watching_sessions:
+                await get_user_hub().leave(self.scope["user"].pk, self._send_text)
+            get_heartbeats().remove(self)
+            if self._watched is not None:
+                await get_watch().remove(self._watched)
+            await self._stop_subscription()
+        finally:
+            row, self._quota_row = self._quota_row, None
+            if row is not None:
+                await get_quota().release(row)
 
     async def _send_text(self, frame: str) -> None:
         await self.send(text_data=frame)
@@ -386,11 +413,8 @@ class LiveConsumer(SessionConsumer):
 
     async def connect(self) -> None:
         await self.accept()
-        admitted = await pooled(admit)(self.scope, None)
-        if admitted is not Admission.ADMITTED:
-            await self.close(code=admitted.value)
+        if not await self._admit(None):
             return
-        self._authorized = True
         self._watched = Watched(self.scope, self._signed_out)
         await get_watch().add(self._watched)
         get_heartbeats().add(self)

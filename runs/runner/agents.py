@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,13 +26,19 @@ from typing import Any, Protocol
 
 import acp
 from acp import schema
+from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from projects.models import Project
 from projects.paths import PathRefused, validate_project_location
+from runs import agents
 from runs.agents import AgentSpec, agent_state_dir, detected_steer
+from runs.models import Run
 from runs.runner import sandbox
-from runs.runner.connections import retried
+from runs.runner.account import agent_account
+from runs.runner.connections import retried, revived
+from runs.runner.netpolicy import NetworkPolicy, policy_for
+from runs.runner.netproxy import NetworkProxy, Refusal, private_socket_dir
 from runs.runner.redact_stream import RedactedLog
 from runs.runner.session_config import AgentSessionConfig, record_mode_update, record_opened
 from runs.runner.stdio import AgentDied, StdioTransport, spawn_agent
@@ -165,6 +172,12 @@ class AgentProcess:
         self._log: Any = None
         self._watch: asyncio.Task[None] | None = None
         self.on_orphan_update: Any = None
+        # The runs this process serves now (their executions add and remove themselves).
+        self.runs: set[int] = set()
+        self.network_refused = 0
+        self._proxy: NetworkProxy | None = None
+        self._proxy_dir: Path | None = None
+        self._refusal_tasks: set[asyncio.Task[None]] = set()
 
     @property
     def alive(self) -> bool:
@@ -183,7 +196,10 @@ class AgentProcess:
         if self.placement is None:
             raise AgentDied(f"agent {self.spec.name!r}: no checked project directory to start in")
         try:
+            policy = policy_for(self.spec.network)
             # Off the loop: it makes directories, may copy files, and tries bwrap once per process.
+            if policy.proxied and (await asyncio.to_thread(agents.sandboxed, self.spec))[0]:
+                await self._start_proxy(policy)
             launch = await asyncio.to_thread(
                 sandbox.prepare,
                 self.spec,
@@ -193,8 +209,11 @@ class AgentProcess:
                 state_dir=self.placement.state_dir,
                 data_dir=settings.DATA_DIR,
                 roots=settings.HERMESWEB_ALLOWED_ROOTS,
+                network=policy,
+                proxy_dir=self._proxy_dir,
             )
         except (sandbox.SandboxUnavailable, OSError, ValueError) as exc:
+            await self._stop_proxy()
             raise AgentDied(f"agent {self.spec.name!r} cannot start: {exc}") from None
         if not launch.sandboxed:
             log.warning(
@@ -206,21 +225,10 @@ class AgentProcess:
         # stderr goes to a file, redacted a line at a time by a thread (an unread pipe would
         # fill and block the agent).
         self._log = RedactedLog(self.log_path)
-        self._cm = spawn_agent(
-            _Client(self),
-            launch.command,
-            *launch.args,
-            env=launch.env,
-            cwd=self.cwd,
-            stderr=self._log.fd,
-            limit=STDIO_LIMIT,
-            on_session_update=self.route_update,
-            on_session_opened=lambda session_id, result: record_opened(self.configs, session_id, result),
-        )
-        self.sandboxed = launch.sandboxed
         try:
-            self.conn, self.process, self.transport = await self._cm.__aenter__()
+            await self._spawn(launch)
         finally:
+            launch.close_fds()  # the child has its copies; bwrap mounted them
             self._log.close_writer()
         self._watch = asyncio.get_running_loop().create_task(self._wait_exit())
         try:
@@ -234,6 +242,62 @@ class AgentProcess:
         log.info(
             "agent %s started for project %s (pid %s)", self.spec.name, self.project_id, self.process.pid
         )
+
+    async def _start_proxy(self, policy: NetworkPolicy) -> None:
+        """This agent's way out: a filtering proxy on a socket only its sandbox gets."""
+        account = await asyncio.to_thread(agent_account)
+        owner = (account.uid, account.gid) if account is not None else None
+        self._proxy_dir = private_socket_dir(owner=owner).resolve()
+        self._proxy = NetworkProxy(
+            policy,
+            self._proxy_dir / sandbox.PROXY_SOCKET,
+            agent=self.spec.name,
+            project=str(self.project_id),
+            on_refused=self._refused,
+            owner=owner,
+        )
+        await self._proxy.start()
+
+    async def _stop_proxy(self) -> None:
+        proxy, self._proxy = self._proxy, None
+        if proxy is not None:
+            await proxy.close()
+        if self._proxy_dir is not None:
+            shutil.rmtree(self._proxy_dir, ignore_errors=True)
+            self._proxy_dir = None
+
+    def _refused(self, refusal: Refusal) -> None:
+        """Counted on every turn this agent serves now, where its user sees it (the run's status)."""
+        self.network_refused += 1
+        if self.runs:
+            task = asyncio.get_running_loop().create_task(self._count_refusal(set(self.runs)))
+            self._refusal_tasks.add(task)
+            task.add_done_callback(self._refusal_tasks.discard)
+
+    @staticmethod
+    async def _count_refusal(run_ids: set[int]) -> None:
+        # Once, not retried: an increment tried twice might count twice.
+        try:
+            await sync_to_async(revived(Run.objects.count_network_refusal))(run_ids)
+        except Exception:
+            log.warning("counting a refused connection on runs %s failed", sorted(run_ids), exc_info=True)
+
+    async def _spawn(self, launch: sandbox.Launch) -> None:
+        assert self._log is not None
+        self._cm = spawn_agent(
+            _Client(self),
+            launch.command,
+            *launch.args,
+            env=launch.env,
+            cwd=self.cwd,
+            stderr=self._log.fd,
+            limit=STDIO_LIMIT,
+            on_session_update=self.route_update,
+            on_session_opened=lambda session_id, result: record_opened(self.configs, session_id, result),
+            pass_fds=launch.fds,
+        )
+        self.sandboxed = launch.sandboxed
+        self.conn, self.process, self.transport = await self._cm.__aenter__()
 
     async def _initialize(self) -> Any:
         init = self.conn.initialize(
@@ -346,6 +410,7 @@ class AgentProcess:
         if self._log is not None:
             self._log.close_writer()
             self._log = None
+        await self._stop_proxy()
         self.exited.set()
 
 

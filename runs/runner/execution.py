@@ -139,6 +139,7 @@ class RunExecution:
         # been claimed and have registered itself for the same agent session.
         if self.process.sinks.get(self.agent_session_id) is self:
             del self.process.sinks[self.agent_session_id]
+        self.process.runs.discard(self.run_id)
         await self.host.pool.release(self.process)
 
     async def _execute(self) -> None:
@@ -152,6 +153,7 @@ class RunExecution:
             return
         try:
             self.process = await self.host.pool.acquire(spec, self.context.project_id, self.context.cwd)
+            self.process.runs.add(self.run_id)
             await self._open_session()
         except ProjectPathRefused as exc:  # never started: the directory fails the path rules now
             await self._fail(exc.code, exc.message)

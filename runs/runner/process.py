@@ -6,6 +6,7 @@ Design note: docs/runner.md ("The package"). Loops, all on one asyncio event loo
 - reaper: interrupt runs whose runner vanished (never re-prompt them);
 - controls: apply pending Control rows of the runs we hold;
 - idle: stop agent processes nobody used for a while;
+- housekeeping: remove uploads no message named within a day (runs.attachments.remove_unsent);
 - jobs: session discovery and import (runs/runner/jobs.py).
 Executions and the job loop see this process through narrow interfaces
 (execution.ExecutionHost, jobs.JobHost), never as a whole.
@@ -31,7 +32,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
-from runs import notify
+from runs import attachments, notify
 from runs.models import Control, Run
 from runs.runner import connections, leases
 from runs.runner.agents import AgentPool, AgentProcess
@@ -49,6 +50,8 @@ log = logging.getLogger(__name__)
 # After a claim that failed on its connection, the next try comes this soon at the latest: a
 # claim that committed unanswered has taken a run only this runner can start.
 CLAIM_RETRY_SECONDS = 0.5
+# Housekeeping (unsent attachments past their day) runs at start, then this often.
+HOUSEKEEPING_SECONDS = 600.0
 
 
 class Failing:
@@ -100,6 +103,7 @@ class RunnerProcess:
         self._claims_in_doubt: list[datetime] = []
         self._leases = Failing("the lease loop")
         self._controls = Failing("reading controls")
+        self._housekeeping_at = 0.0
 
     def wake(self) -> None:
         """Claim now, and read controls now."""
@@ -239,10 +243,20 @@ class RunnerProcess:
                             execution.abort("lease lost")
                 await self._reap()
                 await self.pool.reap_idle(settings.HERMESWEB_AGENT_IDLE_SECONDS)
+                await self._housekeeping()
                 self._leases.worked()
             except Exception:
                 self._leases.failed()
             await asyncio.sleep(interval)
+
+    async def _housekeeping(self) -> None:
+        now = asyncio.get_running_loop().time()
+        if now < self._housekeeping_at:
+            return
+        self._housekeeping_at = now + HOUSEKEEPING_SECONDS
+        removed = await sync_to_async(attachments.remove_unsent)()
+        if removed:
+            log.info("removed %d unsent attachment(s) past their day", removed)
 
     async def _reap(self) -> None:
         reaped = await sync_to_async(leases.reap_stale)(self.runner_id)

@@ -32,7 +32,7 @@ from typing import Any
 
 import acp
 import orjson
-from acp.transports import spawn_stdio_transport
+from acp.transports import default_environment
 
 from runs.redaction import redact_text
 
@@ -198,9 +198,15 @@ async def spawn_agent(
     limit: int,
     on_session_update: SessionUpdateHandler | None = None,
     on_session_opened: SessionOpenedHandler | None = None,
+    pass_fds: tuple[int, ...] = (),
 ) -> AsyncIterator[tuple[acp.ClientSideConnection, asyncio.subprocess.Process, StdioTransport]]:
-    """Like `acp.spawn_agent_process`, on StdioTransport (also yielded: for its raw requests)."""
-    async with spawn_stdio_transport(command, *args, env=env, cwd=cwd, stderr=stderr, limit=limit) as (
+    """Like `acp.spawn_agent_process`, on StdioTransport (also yielded: for its raw requests).
+
+    `pass_fds`: descriptors the child keeps (the sandbox's binds).
+    """
+    async with spawn_stdio(
+        command, *args, env=env, cwd=cwd, stderr=stderr, limit=limit, pass_fds=pass_fds
+    ) as (
         reader,
         writer,
         process,
@@ -211,3 +217,56 @@ async def spawn_agent(
             yield conn, process, transport
         finally:
             await conn.close()
+
+
+# An agent's files are the user's project files: readable by the user's other tools, whatever
+# umask the service keeps for its own data.
+AGENT_UMASK = 0o022
+SHUTDOWN_SECONDS = 2.0
+
+
+@contextlib.asynccontextmanager
+async def spawn_stdio(
+    command: str,
+    *args: str,
+    env: Mapping[str, str] | None,
+    cwd: str,
+    stderr: Any,
+    limit: int,
+    pass_fds: tuple[int, ...] = (),
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter, asyncio.subprocess.Process]]:
+    """`acp.transports.spawn_stdio_transport` with the descriptors the sandbox binds and the
+    agent's umask; the same shutdown: stdin closed, then terminate, then kill."""
+    process = await asyncio.create_subprocess_exec(
+        command,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        env={**default_environment(), **(env or {})},
+        cwd=cwd,
+        limit=limit,
+        pass_fds=pass_fds,
+        umask=AGENT_UMASK,
+    )
+    assert process.stdout is not None and process.stdin is not None
+    try:
+        yield process.stdout, process.stdin, process
+    finally:
+        stdin = process.stdin
+        with contextlib.suppress(Exception):
+            stdin.write_eof()
+        with contextlib.suppress(Exception):
+            stdin.close()
+            await stdin.wait_closed()
+        try:
+            await asyncio.wait_for(process.wait(), SHUTDOWN_SECONDS)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), SHUTDOWN_SECONDS)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()

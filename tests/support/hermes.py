@@ -13,6 +13,7 @@ import subprocess
 import threading
 from pathlib import Path
 from typing import Any, TypedDict
+from urllib.parse import urlsplit
 
 from tests.support.scripted_llm import ScriptedLLM
 
@@ -134,7 +135,11 @@ def hermes_agent_config(
     env = {"HERMES_HOME": str(hermes_home), "HOME": str(home)}
     if extra_env:
         env.update(extra_env)
-    return {"command": str(Path(executable).resolve()), "args": [], "env": env}
+    # The sandbox lets an agent reach only public addresses unless its entry lists more: the
+    # scripted model server is on loopback, as a deployment's local model server would be.
+    model = urlsplit(llm if isinstance(llm, str) else llm.base_url)
+    network = [f"{model.hostname}:{model.port}"]
+    return {"command": str(Path(executable).resolve()), "args": [], "env": env, "network": network}
 
 
 def spawn_kwargs(config: AgentConfig | dict[str, Any], stderr: Any) -> dict[str, Any]:

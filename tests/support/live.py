@@ -24,6 +24,7 @@ from django.test import Client
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
+from hermesweb.channel_layer import redis_channel_layer
 from tests.support import procs
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -48,10 +49,9 @@ def layer(request: pytest.FixtureRequest, settings: Any) -> str:
         settings.REDIS_URL = os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL
         settings.HERMESWEB_TEST_REDIS_PREFIX = f"hwtest-{uuid.uuid4().hex[:10]}"
         settings.CHANNEL_LAYERS = {
-            "default": {
-                "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
-                "CONFIG": {"hosts": [settings.REDIS_URL], "prefix": settings.HERMESWEB_TEST_REDIS_PREFIX},
-            }
+            "default": redis_channel_layer(
+                settings.REDIS_URL, settings.HERMESWEB_TEST_REDIS_PREFIX, settings.SECRET_KEY
+            )
         }
     else:
         settings.REDIS_URL = ""

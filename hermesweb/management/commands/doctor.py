@@ -20,8 +20,8 @@ class Command(BaseCommand):
     help = (
         "Check the database (reachable, migrated), the channel layer (Redis reachable, or polling), "
         "each configured agent (command found, ACP initialize answers, in its sandbox), the agent "
-        "sandbox (bubblewrap), the allowed project roots, and the runners' heartbeats. Prints what "
-        "to fix; exits non-zero if anything is broken."
+        "sandbox (bubblewrap), the allowed project roots, the data directory's modes (owner-only), and "
+        "the runners' heartbeats. Prints what to fix; exits non-zero if anything is broken."
     )
 
     def add_arguments(self, parser: Any) -> None:
@@ -33,6 +33,7 @@ class Command(BaseCommand):
         self.check_database()
         self.check_channel_layer()
         self.check_roots()
+        self.check_data_dir()
         self.check_sandbox()
         self.check_runners()
         if not skip_agents:
@@ -91,11 +92,38 @@ class Command(BaseCommand):
             else:
                 self.ok(f"allowed root {root}")
 
+    def check_data_dir(self) -> None:
+        from hermesweb.data_dir import settings_warnings
+
+        loose = settings_warnings(deep=True)
+        if not loose:
+            self.ok(f"data directory {settings.DATA_DIR}: owner-only")
+            return
+        # A warning, as an unsandboxed agent is: the service works, but others may read it.
+        self.warn(
+            f"data directory {settings.DATA_DIR}: modes wider than owner-only\n    " + "\n    ".join(loose),
+            f"chmod -R go= {settings.DATA_DIR}",
+        )
+
     def check_sandbox(self) -> None:
         from runs import agents
         from runs.runner.sandbox import hidden_paths
 
         found = agents.bwrap()
+        if os.geteuid() == 0:
+            from runs.runner.account import AgentAccountUnavailable, agent_account
+
+            try:
+                account = agent_account()
+            except AgentAccountUnavailable as exc:
+                self.bad(str(exc), "set HERMESWEB_AGENT_USER to an unprivileged account")
+            else:
+                self.warn(
+                    f"hermesweb runs as root: agents start as {account.name!r} (uid {account.uid})"
+                    if account
+                    else "hermesweb runs as root",
+                    "run the web and the runner as an unprivileged service user (deploy/systemd)",
+                )
         if found.path:
             self.ok(f"agent sandbox: {found.version or 'bubblewrap'} at {found.path}")
         else:
