@@ -15,7 +15,12 @@ tool event in 10) with redaction on and off, alternately: what redaction costs p
 Needs bwrap (Debian: bubblewrap) for the sandbox to be on; without it both sessions run
 unsandboxed, which the note says.
 
-usage: python bench/security_cost.py [--turns 12] [--rounds 2] [--quick] [--json FILE]
+With `--versus network` (the only comparison a root runner can make: it starts no agent
+unsandboxed) the plain agent is sandboxed too, with `network = "all"`: the figure is what the
+network namespace and the runner's proxy add.
+
+usage: python bench/security_cost.py [--turns 12] [--rounds 2] [--versus sandbox|network] [--quick]
+                                     [--json FILE]
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 import uuid
@@ -36,17 +42,22 @@ from bench import _support as S
 CONFIGS = [(sandbox, redaction) for redaction in (True, False) for sandbox in (True, False)]
 
 
-def agents_env() -> dict[str, str]:
-    def entry(sandbox: str) -> dict[str, Any]:
-        return {
+def agents_env(versus: str) -> dict[str, str]:
+    """`versus` "sandbox": the plain agent runs unsandboxed; "network": sandboxed, but with the
+    host's network (`network = "all"`: no namespace of its own, no proxy)."""
+
+    def entry(sandbox: str, network: str | None = None) -> dict[str, Any]:
+        out = {
             "command": sys.executable,
             "args": ["-m", "bench.stamp_agent"],
             "env": {"PYTHONPATH": str(S.REPO), "HERMESWEB_DEMO_DELAY": "0"},
             "steer": "slash",
             "sandbox": sandbox,
         }
+        return {**out, "network": network} if network else out
 
-    return {"HERMESWEB_AGENTS": json.dumps({"boxed": entry("auto"), "plain": entry("none")})}
+    plain = entry("none") if versus == "sandbox" else entry("auto", "all")
+    return {"HERMESWEB_AGENTS": json.dumps({"boxed": entry("auto"), "plain": plain})}
 
 
 def label(sandbox: bool, redaction: bool) -> str:
@@ -132,12 +143,22 @@ def main() -> None:
     parser.add_argument("--turns", type=int, help="measured turns per session and phase (12; 5 with --quick)")
     parser.add_argument("--rounds", type=int, help="rounds of redaction on, then off (2; 1 with --quick)")
     parser.add_argument("--chunks", type=int, help="chunks of the streaming turn (5000; 2000 with --quick)")
+    parser.add_argument(
+        "--versus",
+        choices=("sandbox", "network"),
+        default="sandbox",
+        help="the plain agent: unsandboxed, or sandboxed with the host's network (no proxy)",
+    )
     args = parser.parse_args()
     args.turns = args.turns or (5 if args.quick else 12)
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.chunks = args.chunks or (2000 if args.quick else 5000)
     args.boxed_unsandboxed = False
-    bench = S.setup("postgres", redis=True, name="security", **agents_env())
+    if args.versus == "sandbox" and os.geteuid() == 0:
+        # A root runner starts no agent unsandboxed (docs/security.md): compare the proxy instead.
+        S.log("security cost: running as root, so --versus network (the sandbox's network path)")
+        args.versus = "network"
+    bench = S.setup("postgres", redis=True, name="security", **agents_env(args.versus))
     from hermesweb.models import ApiToken
 
     owner = S.make_owner()
@@ -163,7 +184,7 @@ def main() -> None:
         ("ingest", "a streaming turn's events/s, agent → journal", "ev/s", True),
     ):
         for config, against, against_label in (
-            ((True, True), (False, True), "sandbox off"),
+            ((True, True), (False, True), "sandbox off" if args.versus == "sandbox" else "proxy off"),
             ((True, True), (True, False), "redaction off"),
             ((True, True), (False, False), "both off"),
         ):
