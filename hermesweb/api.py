@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.db import connection
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 from django.utils import timezone
 from ninja import NinjaAPI, Router, Schema, Status
 from ninja.openapi.schema import OpenAPISchema
@@ -24,10 +24,6 @@ from ninja.responses import NinjaJSONEncoder
 
 from hermesweb.auth import api_auth, login_required_json
 from hermesweb.errors import ApiError, document_errors, has_nul, install_exception_handlers, not_found
-from projects import api as project_api
-from projects import services as project_services
-from runs import api as run_api
-from runs import controls
 
 log = logging.getLogger(__name__)
 
@@ -93,32 +89,15 @@ api = HermeswebAPI(
     parser=ORJSONParser(),
     docs_decorator=login_required_json,
 )
+# Domain refusals (projects.refusals.Refused) map to HTTP there, once, not in every endpoint.
 install_exception_handlers(api)
-
-
-# Domain refusals map to HTTP here, once, instead of a try/except in every endpoint.
-@api.exception_handler(project_services.InvalidInput)
-def on_invalid_input(request: HttpRequest, exc: project_services.InvalidInput) -> HttpResponse:
-    return on_api_error(request, project_api.invalid(exc))
-
-
-@api.exception_handler(project_services.Conflict)
-def on_conflict(request: HttpRequest, exc: project_services.Conflict) -> HttpResponse:
-    return on_api_error(request, project_api.conflict(exc))
-
-
-@api.exception_handler(controls.InvalidControl)
-def on_invalid_control(request: HttpRequest, exc: controls.InvalidControl) -> HttpResponse:
-    return on_api_error(request, run_api.invalid_control(exc))
-
-
-def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
-    return api.create_response(request, exc.body(), status=exc.status)
 
 
 api.add_router("", "projects.api.router")
 api.add_router("", "runs.api.router")
 api.add_router("", "intents.api.router")
+api.add_router("", "workspace.api.router")
+api.add_router("", "automations.api.router")
 api.add_router("", "hermesweb.tokens.router")
 
 

@@ -33,7 +33,7 @@ from django.contrib.auth import (
 from django.contrib.auth import get_user as auth_get_user
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -406,7 +406,7 @@ def remember_sign_in_fields(sender: Any, instance: Any, **kwargs: Any) -> None:
 def _ring(user_id: Any, tag: str | None) -> None:
     from runs import notify
 
-    transaction.on_commit(lambda: notify.publish_sign_in_changed(user_id, tag))
+    notify.publish_on_commit(notify.publish_sign_in_changed, user_id, tag)
 
 
 def on_user_saved(

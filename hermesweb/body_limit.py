@@ -24,12 +24,17 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # The attachment upload is the one route that takes a file: its allowance plus the multipart framing.
 ATTACHMENT_ROUTE = re.compile(r"^/api/sessions/\d{1,19}/attachments/?$")
 MULTIPART_OVERHEAD = 64 * 1024
+# A webhook's JSON body (automations.api.HOOK_MAX_BYTES): refused before it is read.
+HOOK_ROUTE = re.compile(r"^/api/hooks/[^/]*$")
+HOOK_MAX_BYTES = 64 * 1024
 
 
 def limit_for(method: str, path: str) -> int:
     """The most bytes of body a request to this route may carry."""
     if method == "POST" and ATTACHMENT_ROUTE.match(path):
         return int(settings.HERMESWEB_ATTACHMENT_MAX_BYTES) + MULTIPART_OVERHEAD
+    if method == "POST" and HOOK_ROUTE.match(path):
+        return HOOK_MAX_BYTES
     return int(settings.HERMESWEB_MAX_REQUEST_BYTES)
 
 

@@ -1,7 +1,8 @@
 """One error shape for the whole API: `{code, message, details?}`.
 
-Views raise `ApiError`; domain code raises its own coded exceptions and the
-views translate them. The handlers here make sure nothing — a malformed body,
+Views raise `ApiError`; domain code raises its own coded exceptions, subclasses of
+`projects.refusals.Refused` as `ApiError` is, and one handler answers them all. The handlers here
+make sure nothing — a malformed body,
 an oversized upload, a bug — ever reaches the client as Django's HTML error
 page. Unexpected exceptions are logged with their traceback and answered with
 a 500 `internal_error` that carries no internals.
@@ -25,24 +26,17 @@ from django.http import Http404, HttpRequest, HttpResponse
 from ninja import Field, Schema
 from ninja.errors import AuthenticationError, AuthorizationError, HttpError, Throttled, ValidationError
 
+from intents.schemas import MAX_ID as MAX_ID  # the routers' and pages' id bound, kept here for them
+from projects.refusals import Refused
+
 if TYPE_CHECKING:
     from ninja import NinjaAPI
 
 log = logging.getLogger("hermesweb.api")
 
-# The largest value a bigint primary key can hold; larger ids cannot exist.
-MAX_ID = 2**63 - 1
 
-
-class ApiError(Exception):
+class ApiError(Refused):
     """An answer the API gives on purpose: an HTTP status, a stable code, a safe message."""
-
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
 
     def body(self) -> dict[str, Any]:
         return error_body(self.code, self.message, self.details)
@@ -180,9 +174,10 @@ def install_exception_handlers(api: NinjaAPI) -> None:
     def respond(request: HttpRequest, status: int, body: dict[str, Any]) -> HttpResponse:
         return api.create_response(request, body, status=status)
 
-    @api.exception_handler(ApiError)
-    def on_api_error(request: HttpRequest, exc: ApiError) -> HttpResponse:
-        return respond(request, exc.status, exc.body())
+    @api.exception_handler(Refused)
+    def on_refused(request: HttpRequest, exc: Refused) -> HttpResponse:
+        # Every refusal, the views' ApiError and the domain's own alike: one shape, its own status.
+        return respond(request, exc.status, error_body(exc.code, exc.message, exc.details))
 
     @api.exception_handler(ValidationError)
     def on_validation_error(request: HttpRequest, exc: ValidationError) -> HttpResponse:
@@ -221,9 +216,9 @@ def install_exception_handlers(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def on_http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
-        if isinstance(exc.__cause__, ApiError):
+        if isinstance(exc.__cause__, Refused):
             # The parser refused the body on purpose (ninja wraps whatever it raises in a 400).
-            return respond(request, exc.__cause__.status, exc.__cause__.body())
+            return on_refused(request, exc.__cause__)
         code = _STATUS_CODES.get(exc.status_code, "error")
         message = str(exc)
         if exc.status_code == 400 and exc.__cause__ is not None:

@@ -89,6 +89,8 @@ INSTALLED_APPS = [
     "projects",
     "runs",
     "intents",
+    "workspace",
+    "automations",
 ]
 
 # The stock middleware, each declared sync-only: one thread hop per request instead of
@@ -269,13 +271,17 @@ HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 5000, minimum=1
 HERMESWEB_EVENTS_PAGE_CHARS = env_int("HERMESWEB_EVENTS_PAGE_CHARS", 4 * 1024 * 1024, minimum=1024)
 # Open (waiting) intents per session; a submit past it answers 422 `queue_full`.
 HERMESWEB_MAX_QUEUED_INTENTS = env_int("HERMESWEB_MAX_QUEUED_INTENTS", 50, minimum=1)
+# Automations (docs/automations.md): a planned time this late was missed (no scheduler ran then),
+# and calls one webhook takes per minute before it answers 429.
+HERMESWEB_AUTOMATION_MISSED_SECONDS = env_float("HERMESWEB_AUTOMATION_MISSED_SECONDS", 60.0, minimum=1.0)
+HERMESWEB_WEBHOOK_RATE_PER_MINUTE = env_int("HERMESWEB_WEBHOOK_RATE_PER_MINUTE", 10, minimum=1)
 # One uploaded attachment's size (docs/security.md, "Attachments"); past it, 413 `attachment_too_large`.
 HERMESWEB_ATTACHMENT_MAX_BYTES = env_int("HERMESWEB_ATTACHMENT_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
 # Any request body, refused with 413 `request_too_large` before it is read (hermesweb/body_limit.py);
 # the attachment upload may carry HERMESWEB_ATTACHMENT_MAX_BYTES plus its multipart framing.
 HERMESWEB_MAX_REQUEST_BYTES = env_int("HERMESWEB_MAX_REQUEST_BYTES", 2 * 1024 * 1024, minimum=1024)
 # A page of the transcript or of rendered turns stops once its prompts and journal payloads reach
-# this (runs/transcript.py, page_turns); a single larger run comes cut short, to be read on from.
+# this (runs/transcript_pages.py, page_turns); a single larger run comes cut short, to be read on from.
 HERMESWEB_TRANSCRIPT_PAGE_BYTES = env_int("HERMESWEB_TRANSCRIPT_PAGE_BYTES", 4 * 1024 * 1024, minimum=1024)
 # Per-user caps (docs/security.md, "Limits"): past one, the request is refused with a `code`.
 # Open sockets across every web process (runs/live/socket_quota.py): closed with 4429.

@@ -27,7 +27,8 @@ from projects.models import Project, Session
 from projects.schemas import ProjectOut, SessionOut, WorkflowOut
 from runs.markdown import render_markdown
 from runs.models import TERMINAL_STATUSES, JournalEvent, Run
-from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, PagedTurn, materialize, newest_turns, page_turns
+from runs.transcript import materialize
+from runs.transcript_pages import PAGE_TURNS, PAGE_TURNS_MAX, PagedTurn, newest_turns, page_turns
 
 
 def content_security_policy(*scripts: str) -> str:

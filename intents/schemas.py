@@ -10,6 +10,8 @@ from pydantic import Strict, StringConstraints
 
 # PositiveIntegerField: PostgreSQL's integer.
 MAX_INT = 2**31 - 1
+# The largest value a bigint primary key can hold; larger ids cannot exist.
+MAX_ID = 2**63 - 1
 
 # Strict: a JSON `true` or "3" is not a number here (pydantic's lax mode would take them as 1 and 3).
 BodyInt = Annotated[int, Strict()]

@@ -8,7 +8,7 @@ runners and a dying process cannot both dispatch one item.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -20,6 +20,7 @@ from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
 from runs import notify
 from runs.agents import detected_steer
+from runs.messages import NewMessage
 from runs.models import Control, ControlKind, Run, Runner, RunSource, RunStatus
 
 
@@ -31,12 +32,29 @@ class IntentResult:
 
 
 def _changed(session_id: int) -> None:
-    transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+    notify.publish_on_commit(notify.publish_session_changed, session_id)
 
 
 def _next_position(session: Session) -> int:
     top = PendingIntent.objects.filter(session=session).open().aggregate(m=Max("position"))["m"]
     return 0 if top is None else top + 1
+
+
+def enqueue_message(session: Session, message: NewMessage, *, reason: str = "") -> PendingIntent:
+    """A waiting Queue item at the end of the session's queue. Caller holds the session lock."""
+    intent = PendingIntent.objects.create(
+        session=session,
+        client_id=message.client_id,
+        kind=IntentKind.QUEUE,
+        text=message.text,
+        attachments=list(message.attachments),
+        position=_next_position(session),
+        source=message.source,
+        source_meta=dict(message.source_meta),
+        reason=reason,
+    )
+    _changed(session.pk)
+    return intent
 
 
 def enqueue(
@@ -45,24 +63,13 @@ def enqueue(
     client_id: str,
     text: str,
     attachments: Sequence[dict[str, Any]] = (),
-    source: str = "composer",
+    source: str = RunSource.COMPOSER,
     source_meta: dict[str, Any] | None = None,
     reason: str = "",
 ) -> PendingIntent:
-    """A waiting Queue item at the end of the session's queue. Caller holds the session lock."""
-    intent = PendingIntent.objects.create(
-        session=session,
-        client_id=client_id,
-        kind=IntentKind.QUEUE,
-        text=text,
-        attachments=list(attachments),
-        position=_next_position(session),
-        source=source,
-        source_meta=source_meta or {},
-        reason=reason,
-    )
-    _changed(session.pk)
-    return intent
+    """enqueue_message with the message given field by field (for callers that hold no NewMessage)."""
+    message = NewMessage(client_id, text, "queue", tuple(attachments), source, dict(source_meta or {}))
+    return enqueue_message(session, message, reason=reason)
 
 
 def steer_support(session: Session) -> tuple[bool, str]:
@@ -113,23 +120,20 @@ def _deliver_steer(intent: PendingIntent, run: Run) -> None:
     notify.wake_runners("control", run.pk)
 
 
-def request_steer(
-    session: Session, active: Run, *, client_id: str, text: str, attachments: Sequence[dict[str, Any]] = ()
-) -> PendingIntent:
-    """A message sent as Steer. Falls back to Queue, text kept and reason shown, when it cannot steer."""
+def request_steer(session: Session, active: Run, message: NewMessage) -> PendingIntent:
+    """A message sent as Steer. Falls back to Queue, text kept and reason shown, when it cannot steer.
+
+    A steer is recorded as the composer's, whatever `message.source` says.
+    """
     target, why = _steer_target(session)
     if target is None:
-        return enqueue(
-            session,
-            client_id=client_id,
-            text=text,
-            attachments=attachments,
-            source_meta={"requested": "steer", "fallback": why},
-            reason=why,
+        fallback = {"requested": "steer", "fallback": why}
+        return enqueue_message(
+            session, replace(message, source=RunSource.COMPOSER, source_meta=fallback), reason=why
         )
     intent = PendingIntent.objects.create(
-        session=session, client_id=client_id, kind=IntentKind.QUEUE, text=text, attachments=list(attachments),
-        position=_next_position(session),
+        session=session, client_id=message.client_id, kind=IntentKind.QUEUE, text=message.text,
+        attachments=list(message.attachments), position=_next_position(session),
     )  # fmt: skip
     _deliver_steer(intent, target)
     _changed(session.pk)

@@ -29,22 +29,10 @@ from projects.schemas import (
     WorkflowPatch,
 )
 from runs import services as run_services
-from runs.api import submit_refused
 from runs.models import Run
 from runs.schemas import SubmitOut
 
 router = Router()
-
-
-def invalid(exc: services.InvalidInput) -> ApiError:
-    """422 for input the domain refused (the API root maps every InvalidInput through this)."""
-    details = [{"field": exc.field, "location": "body", "message": exc.message, "type": exc.code}]
-    return ApiError(422, exc.code, exc.message, details if exc.field else None)
-
-
-def conflict(exc: services.Conflict) -> ApiError:
-    """409 for an action the current state forbids (mapped at the API root too)."""
-    return ApiError(409, exc.code, exc.message)
 
 
 def changes(payload: Any) -> dict[str, Any]:
@@ -168,12 +156,10 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
         raise ApiError(
             422, "missing_variables", f"Missing variables: {missing}.", {"missing": names}
         ) from None
-    except TemplateLimit as exc:
-        raise ApiError(422, exc.code, exc.message) from None
+    except TemplateLimit:
+        raise  # a refusal with its own code (hermesweb.errors), though a ValueError too
     except ValueError as exc:
         raise ApiError(422, "invalid_template", f"The workflow's template cannot render: {exc}") from None
-    except run_services.SubmitRefused as exc:
-        raise submit_refused(exc) from None
     return Status(202, SubmitOut.from_result(result))
 
 

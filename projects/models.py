@@ -106,9 +106,14 @@ class SessionStatus(models.TextChoices):
     ARCHIVED = "archived", "Archived"
 
 
+# Whose a session is, as a Session lookup: visible_to filters on it, and the submit's
+# one-statement path (runs.services) turns the same lookup into SQL.
+SESSION_OWNER = "project__owner"
+
+
 class SessionQuerySet(models.QuerySet["Session"]):
     def visible_to(self, user: Any) -> SessionQuerySet:
-        return self.filter(project__owner=user)  # staff too, as ProjectQuerySet.visible_to
+        return self.filter(**{SESSION_OWNER: user})  # staff too, as ProjectQuerySet.visible_to
 
     def lock(self, session_id: int, *, visible_to: Any | None = None) -> Session:
         """Serialise every decision about one session's turns. Call inside atomic().

@@ -17,18 +17,17 @@ from typing import Any
 
 from django.conf import settings
 
+from projects.refusals import Refused
+
 # Deeper than any real project; each prefix is resolved on its own (refuse_inside_other_projects).
 MAX_COMPONENTS = 128
 
 
-class PathRefused(ValueError):
+class PathRefused(Refused, ValueError):
     """A refused path: `code` is the API's error code, `status` 422 (bad input) or 409 (taken)."""
 
     def __init__(self, code: str, message: str, status: int = 422) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
+        super().__init__(status, code, message)
 
 
 def allowed_roots() -> list[Path]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 import string
 
+from projects.refusals import Refused
+
 # Width and precision (and any other number in a spec) at most this.
 MAX_SPEC_NUMBER = 1000
 # A rendered prompt is a message: the same limit as a composer's text (runs.schemas.MessageText).
@@ -20,13 +22,11 @@ _FIELD = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NUMBER = re.compile(r"\d+")
 
 
-class TemplateLimit(ValueError):
+class TemplateLimit(Refused, ValueError):
     """A template or a rendering past a limit: `code` is the API's error code (422)."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(422, code, message)
 
 
 def _check_spec(name: str, spec: str) -> None:

@@ -18,27 +18,26 @@ from django.utils.text import slugify
 from projects.models import Project, ProjectStatus, RunningDefault, Session, SessionStatus, Workflow
 from projects.paths import PathRefused, validate_project_location
 from projects.prompts import TemplateLimit
+from projects.refusals import Refused
 
 _SLUG_MAX = 200
 _SLUG_ATTEMPTS = 5
 
 
-class InvalidInput(ValueError):
+class InvalidInput(Refused, ValueError):
+    """422: the caller's data is wrong; with a `field`, the details name it as validation errors do."""
+
     def __init__(self, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        details = [{"field": field, "location": "body", "message": message, "type": code}]
+        super().__init__(422, code, message, details if field else None)
         self.field = field
 
 
-class Conflict(Exception):
-    code = "conflict"
+class Conflict(Refused):
+    """409: the current state forbids the action (`conflict`, or a more specific code)."""
 
     def __init__(self, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        if code is not None:
-            self.code = code
+        super().__init__(409, "conflict" if code is None else code, message)
 
 
 # ---------------------------------------------------------------- validation
@@ -292,7 +291,7 @@ def do_create_session(project: Project, *, title: str = "") -> Session:
         hold_session_room(project.owner_id)
         session = Session.objects.create(project=project, title=title)
     # The owner's other tabs list it (runs.live.user_feed).
-    transaction.on_commit(lambda: notify.publish_user_sessions_changed(project.owner_id))
+    notify.publish_on_commit(notify.publish_user_sessions_changed, project.owner_id)
     return session
 
 
@@ -332,7 +331,7 @@ def do_update_session(
     # Only what changed: the runner writes the agent's modes, title and commands meanwhile.
     session.save(update_fields=[*fields, "updated_at"])
     if changed or fields:  # a title too: the owner's other tabs show it
-        transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
+        notify.publish_on_commit(notify.publish_session_changed, session.pk)
     return session
 
 
@@ -372,7 +371,7 @@ def do_apply_workflow_settings(session: Session, workflow: Workflow) -> Session:
         fields.append("model")
     if fields:
         session.save(update_fields=[*fields, "updated_at"])
-        transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
+        notify.publish_on_commit(notify.publish_session_changed, session.pk)
     return session
 
 
@@ -392,4 +391,4 @@ def do_delete_session(session: Session) -> None:
             raise Conflict("The session has an active run; cancel it first.")
         owner_id = session.project.owner_id
         session.delete()
-        transaction.on_commit(lambda: notify.publish_user_sessions_changed(owner_id))
+        notify.publish_on_commit(notify.publish_user_sessions_changed, owner_id)

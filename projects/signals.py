@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import models, transaction
+from django.db import models
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 
@@ -38,4 +38,4 @@ def owners_changed(sender: type[models.Model], instance: models.Model, **_: Any)
     """After commit: its sessions' doorbells ring the new owner, in every process."""
     if getattr(instance, "owners_changing", False):
         instance.owners_changing = False
-        transaction.on_commit(notify.forget_owners)
+        notify.publish_on_commit(notify.forget_owners)

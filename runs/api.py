@@ -20,9 +20,8 @@ from hermesweb.errors import MAX_ID, ApiError, ErrorOut, not_found
 from intents.previews import open_previews
 from projects.models import Project, Session
 from projects.schemas import SessionOut
-from runs import attachments, controls, discovery, export, fork, journal, search
+from runs import attachments, controls, discovery, export, fork, journal, search, transcript_pages
 from runs import services as run_services
-from runs import transcript as transcript_pages
 from runs.models import AgentJob, AgentJobKind, AgentJobState, Attachment, Run
 from runs.schemas import (
     ApprovalIn,
@@ -48,15 +47,6 @@ router = Router()
 
 # Ids the agent chose (approval, clarify): any text but NUL, which PostgreSQL cannot store.
 AgentId = Annotated[str, Path(min_length=1, max_length=200, pattern=r"^[^\x00]+$")]
-
-
-def submit_refused(exc: run_services.SubmitRefused) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message)
-
-
-def invalid_control(exc: controls.InvalidControl) -> ApiError:
-    """422 for a malformed control (the API root maps every InvalidControl through this)."""
-    return ApiError(422, exc.code, exc.message)
 
 
 def control_out(result: controls.ControlResult) -> ControlResultOut:
@@ -90,8 +80,6 @@ def submit_message(request: HttpRequest, id: int, payload: MessageIn) -> Status[
         )
     except Session.DoesNotExist:
         raise not_found("session") from None
-    except run_services.SubmitRefused as exc:
-        raise submit_refused(exc) from None
     return Status(202, SubmitOut.from_result(result))
 
 
@@ -111,8 +99,6 @@ def fork_session(request: HttpRequest, id: int) -> Status[Session]:
         forked = fork.do_fork_session(request.auth, id)
     except Session.DoesNotExist:
         raise not_found("session") from None
-    except fork.ForkRefused as exc:
-        raise ApiError(exc.status, exc.code, exc.message) from None
     return Status(201, forked)
 
 
@@ -438,10 +424,7 @@ def search_sessions(
     Best first, a page at a time; each hit names its session and run and carries a snippet
     (HTML: escaped text, matches in `<mark>`). 422 `query_empty` / `query_too_long`.
     """
-    try:
-        found = search.search(request.auth, q, page=page, page_size=page_size)
-    except search.QueryRefused as exc:
-        raise ApiError(422, exc.code, exc.message) from None
+    found = search.search(request.auth, q, page=page, page_size=page_size)
     return SearchPageOut(
         query=q.strip(),
         terms=found.terms,
@@ -471,8 +454,6 @@ def upload_attachment(request: HttpRequest, id: int, file: File[UploadedFile]) -
         stored = attachments.do_upload_attachment(request.auth, id, upload)
     except Session.DoesNotExist:
         raise not_found("session") from None
-    except attachments.AttachmentRefused as exc:
-        raise ApiError(exc.status, exc.code, exc.message) from None
     return Status(201, AttachmentOut(**stored.described()))
 
 

@@ -29,12 +29,14 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 from django.utils import timezone
 
-from hermesweb.private_files import PRIVATE_MODE
 from projects.models import Session
+from projects.refusals import Refused
 from projects.services import hold_owner
 from runs.models import Attachment, Runner
 
 ATTACHMENTS_DIR = "attachments"
+# Owner-only, as every file in the data directory (hermesweb.private_files): an upload is the user's.
+FILE_MODE = 0o600
 TEXT_MIME = "text/plain"
 # Magic bytes of the images agents take (ACP `image` blocks): PNG, JPEG, GIF, WebP.
 _IMAGE_MAGIC = (
@@ -47,14 +49,8 @@ _IMAGE_MAGIC = (
 _TEXT_LIKE = ("application/json", "application/xml", "application/javascript", "application/x-sh")
 
 
-class AttachmentRefused(Exception):
+class AttachmentRefused(Refused):
     """An upload not stored: `status` and `code` as the API answers it."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -181,7 +177,7 @@ def _write(target: Path, chunks: Iterable[bytes], limit: int) -> tuple[int, str,
     digest, size, head = hashlib.sha256(), 0, b""
     decoder = _Utf8Check()
     # O_EXCL | O_NOFOLLOW: a fresh random name, never written through a planted link.
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_MODE)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
     with os.fdopen(fd, "wb") as handle:
         for chunk in chunks:
             size += len(chunk)

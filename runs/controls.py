@@ -8,14 +8,16 @@ ControlResult computed from the database, and is safe to repeat.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.db import IntegrityError, transaction
 
 from intents import services as intents
 from intents.models import PendingIntent
 from projects.models import Session
+from projects.refusals import Refused
 from runs import journal, notify
+from runs.journal.payloads import ApprovalRequested, Done
 from runs.models import (
     Control,
     ControlKind,
@@ -30,11 +32,11 @@ from runs.turns import finish_run
 Status = ControlResultStatus
 
 
-class InvalidControl(Exception):
+class InvalidControl(Refused):
+    """422: a malformed control."""
+
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(422, code, message)
 
 
 @dataclass
@@ -86,7 +88,7 @@ def do_cancel(run: Run) -> ControlResult:
             return ControlResult.of(Status.DUPLICATE, "Cancel already requested.")
         Run.objects.filter(pk=locked.pk).update(status=RunStatus.CANCELLING)
         _ring(locked.pk)
-        transaction.on_commit(lambda: notify.publish_session_changed(locked.session_id))
+        notify.publish_on_commit(notify.publish_session_changed, locked.session_id)
     return ControlResult.of(Status.ACCEPTED, "Cancel requested.")
 
 
@@ -135,7 +137,8 @@ def _respond(run: Run, kind: str, target: str, payload: dict[str, Any]) -> Contr
         if request is None:
             return ControlResult.of(Status.NOT_ACTIVE, f"No {kind} request {target!r} on this run.")
         if kind == ControlKind.APPROVAL:
-            options = {o.get("option_id") for o in request.payload.get("options", [])}
+            asked = cast(ApprovalRequested, request.payload)
+            options = {o.get("option_id") for o in asked.get("options", [])}
             if payload["option_id"] not in options:
                 raise InvalidControl(
                     "invalid_option", f"Option must be one of: {', '.join(sorted(options))}."
@@ -221,7 +224,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "last_seq": run.last_seq,
         "last_event_id": run.last_event_id,
         "terminal": run.is_terminal,
-        "terminal_state": terminal_event.payload.get("state") if terminal_event else None,
+        "terminal_state": cast(Done, terminal_event.payload).get("state") if terminal_event else None,
         "stop_reason": run.stop_reason or None,
         "controls": available_controls(run),
         "pending_approval_ids": _open_ids(

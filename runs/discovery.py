@@ -21,6 +21,7 @@ from projects.models import Project, Session
 from projects.services import hold_owner, hold_session_room
 from runs import journal, notify, search
 from runs.journal import NewEvent, done_event
+from runs.journal.payloads import RunDetails, RunStarted
 from runs.models import AgentJob, AgentJobKind, AgentJobState, EventType, Run, Runner, RunSource, RunStatus
 from runs.redaction import redact, redact_text
 
@@ -219,10 +220,11 @@ def reap_orphaned_jobs(reaper_id: str) -> list[int]:
     return reaped
 
 
-def imported_turn_events(turn: ImportedTurn, started: dict[str, Any]) -> list[NewEvent]:
+def imported_turn_events(turn: ImportedTurn, started: RunDetails) -> list[NewEvent]:
     """The journal of one imported turn: run.started, what the agent produced, done{completed}."""
+    payload: RunStarted = {"status": RunStatus.RUNNING, **started}
     return [
-        NewEvent(EventType.RUN_STARTED, {"status": RunStatus.RUNNING, **started}),
+        NewEvent(EventType.RUN_STARTED, payload),
         *turn.events,
         done_event(RunStatus.COMPLETED, imported=True),
     ]
@@ -261,17 +263,17 @@ def write_import(
                 created_at=now,
                 started_at=now,
             )
-            started = {
-                "session_id": session.pk,
-                "agent": agent,
-                "project": project.name,
-                "workspace": project.path,
-                "source": RunSource.IMPORT,
-                "imported": True,
-            }
+            started = RunDetails(
+                session_id=session.pk,
+                agent=agent,
+                project=project.name,
+                workspace=project.path,
+                source=RunSource.IMPORT,
+                imported=True,
+            )
             journal.append_batch(run.pk, imported_turn_events(turn, started), publish=False)
         session_id = session.pk
-        transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+        notify.publish_on_commit(notify.publish_session_changed, session_id)
         search.index_session_on_commit(session_id)  # its turns settled: searchable (docs/search.md)
     return session, True
 

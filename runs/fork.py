@@ -15,6 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from projects.models import ProjectStatus, Session, SessionStatus
+from projects.refusals import Refused
 from projects.services import hold_session_room
 from runs import journal, notify, search
 from runs.journal import NewEvent, done_event
@@ -24,14 +25,8 @@ FORK_SUFFIX = " (fork)"
 TITLE_MAX = 300
 
 
-class ForkRefused(Exception):
+class ForkRefused(Refused):
     """A fork the session's state or its agent does not allow; `status` is the HTTP answer."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
 
 
 def agent_can_fork(agent: str) -> bool | None:
@@ -101,7 +96,7 @@ def do_fork_session(user: Any, session_id: int) -> Session:
         for run in settled.order_by("created_at", "id"):
             _copy_run(run, fork)
         fork_id = fork.pk
-        transaction.on_commit(lambda: notify.publish_session_changed(fork_id))
+        notify.publish_on_commit(notify.publish_session_changed, fork_id)
         search.index_session_on_commit(fork_id)  # its copied turns are settled: searchable
     return fork
 

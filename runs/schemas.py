@@ -8,8 +8,7 @@ from typing import Annotated, Any, Literal
 from ninja import Field, Schema
 from pydantic import StringConstraints
 
-from hermesweb.errors import MAX_ID
-from intents.schemas import BodyInt, IntentPreviewOut
+from intents.schemas import MAX_ID, BodyInt, IntentPreviewOut
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MessageText = Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]

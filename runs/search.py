@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from projects.models import Session
+from projects.refusals import Refused
 from runs.models import TERMINAL_STATUSES, EventType, Run, SearchDocument
 from runs.transcript import materialize
 
@@ -69,13 +70,11 @@ _WORD = re.compile(r"[^\W_]+")  # letters and digits: what both indexes call a w
 _MARK_TAG = re.compile(r"(<mark>|</mark>)")
 
 
-class QueryRefused(ValueError):
+class QueryRefused(Refused, ValueError):
     """A query the API answers 422 to: `code` is machine-readable."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        super().__init__(422, code, message)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ answer again, with `duplicate=True`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import lru_cache
+from dataclasses import dataclass, replace
+from functools import lru_cache, reduce
 from typing import Any, Protocol
 
 from django.conf import settings
@@ -18,10 +18,12 @@ from django.db import IntegrityError, connection, transaction
 
 from intents import services as intent_services
 from intents.models import PendingIntent
-from projects.models import Project, ProjectStatus, Session, SessionStatus, Workflow
+from projects.models import SESSION_OWNER, Project, ProjectStatus, Session, SessionStatus, Workflow
+from projects.refusals import Refused
 from projects.services import hold_session_room
 from runs import notify
 from runs.attachments import describe_for_message
+from runs.messages import NewMessage
 from runs.models import ACTIVE_STATUSES, Attachment, Run, RunSource
 
 MESSAGE_MODES = ("auto", "queue", "steer")
@@ -43,18 +45,46 @@ class GuardFailed(Exception):
     """The caller's guard no longer holds: nothing was written."""
 
 
-class SubmitRefused(Exception):
+class SubmitRefused(Refused):
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
+        # As HTTP: the message itself is wrong (422), or the session's state forbids it (409).
+        if code == "not_found":
+            status = 404
+        else:
+            status = 422 if code in ("invalid_mode", "empty_message", "queue_full") else 409
+        super().__init__(status, code, message)
 
-    @property
-    def status(self) -> int:
-        """As HTTP: the message itself is wrong (422), or the session's state forbids it (409)."""
-        if self.code == "not_found":
-            return 404
-        return 422 if self.code in ("invalid_mode", "empty_message", "queue_full") else 409
+
+@dataclass(frozen=True)
+class SendRefusal:
+    """A state of the message's session that refuses it: the Session lookup `lookup` equals `value`."""
+
+    lookup: str  # "status", "project__status", …
+    value: str
+    code: str
+    message: str
+
+    def refuses(self, session: Session) -> bool:
+        return reduce(getattr, self.lookup.split("__"), session) == self.value
+
+
+# Who may send to a session and what refuses a message, stated once: the full path checks the
+# locked session against them, the one-statement path (_new_turn_statement) compiles them to SQL.
+# The full path refuses in this order.
+SEND_REFUSALS = (
+    SendRefusal(
+        "project__status",
+        ProjectStatus.ARCHIVED,
+        "project_archived",
+        "This project is archived; restore it to send.",
+    ),
+    SendRefusal(
+        "status",
+        SessionStatus.ARCHIVED,
+        "session_archived",
+        "This session is archived; unarchive it to send.",
+    ),
+)
 
 
 @dataclass
@@ -110,16 +140,8 @@ def do_submit_message(
     `running_default`: Queue waits for the run to end, Steer is delivered to the
     active run (docs/intents.md).
     """
-    return _submit(
-        session.pk,
-        None,
-        client_id=client_id,
-        text=text,
-        mode=mode,
-        attachments=attachments,
-        source=source,
-        source_meta=source_meta,
-    )
+    message = NewMessage(client_id, text, mode, tuple(attachments or ()), source, dict(source_meta or {}))
+    return _submit(session.pk, None, message)
 
 
 def do_submit_message_as(
@@ -146,39 +168,19 @@ def do_submit_message_as(
             described = describe_for_message(user, session_id, attachments)
         except Attachment.DoesNotExist:
             raise SubmitRefused("not_found", "No such attachment.") from None
-    return _submit(
-        session_id,
-        user,
-        client_id=client_id,
-        text=text,
-        mode=mode,
-        attachments=described,
-        source=RunSource.COMPOSER,
-        source_meta=None,
-        guard=guard,
-    )
+    return _submit(session_id, user, NewMessage(client_id, text, mode, tuple(described)), guard)
 
 
 def _submit(
-    session_id: int,
-    viewer: Any | None,
-    *,
-    client_id: str,
-    text: str,
-    mode: str,
-    attachments: Sequence[dict[str, Any]] | None,
-    source: str,
-    source_meta: dict[str, Any] | None,
-    guard: Guard | None = None,
+    session_id: int, viewer: Any | None, message: NewMessage, guard: Guard | None = None
 ) -> SubmitResult:
-    if mode not in MESSAGE_MODES:
+    if message.mode not in MESSAGE_MODES:
         raise SubmitRefused("invalid_mode", f"mode must be one of {', '.join(MESSAGE_MODES)}")
-    if not text.strip():
+    if not message.text.strip():
         raise SubmitRefused("empty_message", "A message needs some text.")
+    client_id = message.client_id
     if _fast_new_turn_applies():
-        run = new_turn_in_one_statement(
-            session_id, viewer, client_id, text, attachments, source, source_meta, guard
-        )
+        run = insert_new_turn(session_id, viewer, message, guard)
         if run is not None:  # its statement rang the runners
             notify.publish_session_changed(session_id, viewer.pk if viewer is not None else None)
             return SubmitResult("run", run, None, run.status, duplicate=False)
@@ -193,24 +195,22 @@ def _submit(
             if "mine" in claims:
                 run = Run.objects.get(pk=claims["mine"])
                 return SubmitResult("run", run, None, run.status, duplicate=True)
-            if locked.project.status == ProjectStatus.ARCHIVED:
-                raise SubmitRefused("project_archived", "This project is archived; restore it to send.")
-            if locked.status == SessionStatus.ARCHIVED:
-                raise SubmitRefused("session_archived", "This session is archived; unarchive it to send.")
-            attachments = list(attachments or [])
+            for refusal in SEND_REFUSALS:
+                if refusal.refuses(locked):
+                    raise SubmitRefused(refusal.code, refusal.message)
             if "active" not in claims:
                 run = Run.objects.create(
                     session=locked,
                     client_id=client_id,
-                    prompt_text=text,
-                    attachments=attachments,
-                    source=source,
-                    source_meta=source_meta or {},
+                    prompt_text=message.text,
+                    attachments=list(message.attachments),
+                    source=message.source,
+                    source_meta=dict(message.source_meta),
                 )
                 Session.objects.filter(pk=locked.pk).update(updated_at=run.created_at)
                 notify.wake_runners("run.queued", run.pk)
                 owner = locked.project.owner_id
-                transaction.on_commit(lambda: notify.publish_session_changed(locked.pk, owner))
+                notify.publish_on_commit(notify.publish_session_changed, locked.pk, owner)
                 return SubmitResult("run", run, None, run.status, duplicate=False)
             active = Run.objects.get(pk=claims["active"])
             # Every open intent rides in each socket snapshot: past a cap, one session's queue
@@ -218,23 +218,16 @@ def _submit(
             limit = settings.HERMESWEB_MAX_QUEUED_INTENTS
             if PendingIntent.objects.filter(session_id=locked.pk).open().count() >= limit:
                 raise SubmitRefused("queue_full", f"This session already has {limit} waiting messages.")
-            effective = mode if mode != "auto" else locked.project.running_default
-            if effective == "steer" and not attachments:
-                intent = intent_services.request_steer(
-                    locked, active, client_id=client_id, text=text, attachments=attachments
-                )
+            effective = message.mode if message.mode != "auto" else locked.project.running_default
+            if effective == "steer" and not message.attachments:
+                intent = intent_services.request_steer(locked, active, message)
             else:
                 # A steer carries text only: a message with attachments waits for its own turn.
                 steered = effective == "steer"
-                intent = intent_services.enqueue(
-                    locked,
-                    client_id=client_id,
-                    text=text,
-                    attachments=attachments,
-                    source=source,
-                    source_meta={**(source_meta or {}), **(STEER_WITH_FILES if steered else {})},
-                    reason=STEER_WITH_FILES["fallback"] if steered else "",
-                )
+                if steered:
+                    message = replace(message, source_meta={**message.source_meta, **STEER_WITH_FILES})
+                reason = STEER_WITH_FILES["fallback"] if steered else ""
+                intent = intent_services.enqueue_message(locked, message, reason=reason)
             return _intent_result(intent, duplicate=False)
     except IntegrityError:
         # Two identical submissions raced past the lookup; the winner's answer stands.
@@ -287,11 +280,21 @@ def new_turn_in_one_statement(
     source_meta: dict[str, Any] | None,
     guard: Guard | None,
 ) -> Run | None:
+    """insert_new_turn with the message given field by field (tests/test_submit_fast_path.py)."""
+    message = NewMessage(client_id, text, "auto", tuple(attachments or ()), source, dict(source_meta or {}))
+    return insert_new_turn(session_id, viewer, message, guard)
+
+
+def insert_new_turn(
+    session_id: int, viewer: Any | None, message: NewMessage, guard: Guard | None
+) -> Run | None:
     """The common submit, a new turn of an idle session, as one statement that commits alone.
 
-    A fast path that states the full path's rule again in SQL: it pays about a fifth of the
-    first token's added time (bench/README.md), and tests/test_submit_fast_path.py holds it
-    to the full path's decision case by case.
+    A fast path that decides as the full path does, in SQL: it pays about a fifth of the first
+    token's added time (bench/README.md). Who may send and what refuses a message it compiles
+    from the full path's own definitions (SESSION_OWNER, SEND_REFUSALS); the client id and the
+    active run it reads as _claims_statement does. tests/test_submit_fast_path.py holds it to
+    the full path's decision case by case.
 
     None when it is not that case (not visible, the session or its project archived, a
     repeated client id, a run active, the guard failed), or when a concurrent submit won a
@@ -302,18 +305,18 @@ def new_turn_in_one_statement(
     """
     run = Run(
         session_id=session_id,
-        client_id=client_id,
-        prompt_text=text,
-        attachments=list(attachments or []),
-        source=source,
-        source_meta=source_meta or {},
+        client_id=message.client_id,
+        prompt_text=message.text,
+        attachments=list(message.attachments),
+        source=message.source,
+        source_meta=dict(message.source_meta),
     )
     fields = _run_insert_fields()
     # The viewer's own sessions only, staff too (SessionQuerySet.visible_to, as the full path).
     check_owner = viewer is not None
     params: list[Any] = [session_id, *([viewer.pk] if check_owner else [])]
-    params += [SessionStatus.ARCHIVED, ProjectStatus.ARCHIVED]
-    params += [client_id, client_id, *ACTIVE_STATUSES]
+    params += [refusal.value for refusal in SEND_REFUSALS]
+    params += [message.client_id, message.client_id, *ACTIVE_STATUSES]
     condition = ""
     if guard is not None:
         condition, guard_params = guard.sql()
@@ -339,6 +342,20 @@ def _run_insert_fields() -> list[Any]:
     return [field for field in Run._meta.concrete_fields if not field.primary_key]
 
 
+# The one-statement path's alias for each model a Session lookup may pass through.
+_STATEMENT_ALIASES: dict[type[Any], str] = {Session: "s", Project: "p"}
+
+
+def _session_column(lookup: str) -> str:
+    """A Session lookup ("status", "project__owner") as the statement's column ("p.owner_id")."""
+    model: type[Any] = Session
+    *relations, name = lookup.split("__")
+    for relation in relations:
+        model = model._meta.get_field(relation).related_model
+    column = model._meta.get_field(name).column
+    return f"{_STATEMENT_ALIASES[model]}.{connection.ops.quote_name(column)}"
+
+
 @lru_cache(maxsize=8)
 def _new_turn_statement(check_owner: bool, condition: str) -> str:
     quote = connection.ops.quote_name
@@ -348,10 +365,11 @@ def _new_turn_statement(check_owner: bool, condition: str) -> str:
     columns = ", ".join(quote(field.column) for field in _run_insert_fields())
     values = ", ".join(["%s"] * len(_run_insert_fields()))
     active = ", ".join(["%s"] * len(ACTIVE_STATUSES))
-    owner = "AND p.owner_id = %s " if check_owner else ""
+    owner = f"AND {_session_column(SESSION_OWNER)} = %s " if check_owner else ""
+    refused = "".join(f"AND {_session_column(refusal.lookup)} <> %s " for refusal in SEND_REFUSALS)
     return (
         f"WITH target AS (SELECT s.id FROM {session} s JOIN {project} p ON p.id = s.project_id "
-        f"WHERE s.id = %s {owner}AND s.status <> %s AND p.status <> %s "
+        f"WHERE s.id = %s {owner}{refused}"
         f"AND NOT EXISTS (SELECT 1 FROM {intent} i WHERE i.session_id = s.id AND i.client_id = %s) "
         f"AND NOT EXISTS (SELECT 1 FROM {run} r WHERE r.session_id = s.id "
         f"AND (r.client_id = %s OR r.status IN ({active}))) "
@@ -388,6 +406,5 @@ def do_launch_workflow(
                 mode=workflow.agent_mode,
                 model=workflow.agent_model,
             )
-        return do_submit_message(
-            session, client_id=client_id, text=text, mode="queue", source=RunSource.WORKFLOW, source_meta=meta
-        )
+        message = NewMessage(client_id, text, "queue", source=RunSource.WORKFLOW, source_meta=meta)
+        return _submit(session.pk, None, message)

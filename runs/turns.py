@@ -17,7 +17,8 @@ from intents import services as intents
 from projects.models import Session
 from runs import journal, notify, search
 from runs.journal import NewEvent
-from runs.models import Control, ControlState, JournalEvent, Run, RunStatus
+from runs.journal.payloads import Error
+from runs.models import Control, ControlState, EventType, JournalEvent, Run, RunStatus
 from runs.redaction import redact_text
 
 
@@ -49,7 +50,7 @@ def finish_run(run_id: int, events: Sequence[NewEvent], **run_updates: Any) -> l
         next_run = intents.drain(session)
         if next_run is not None:
             notify.wake_runners("run.queued", next_run.pk)
-        transaction.on_commit(lambda: notify.publish_session_changed(session.pk))
+        notify.publish_on_commit(notify.publish_session_changed, session.pk)
         # Last, after every notification: the run's search document (docs/search.md).
         search.index_on_commit(run_id)
     return rows
@@ -75,7 +76,7 @@ def do_mark_interrupted(run: Run, reason: str, *, code: str = "interrupted") -> 
         finish_run(
             run.pk,
             [
-                NewEvent("error", {"code": code, "message": reason, "terminal": True}),
+                NewEvent(EventType.ERROR, Error(code=code, message=reason, terminal=True)),
                 journal.done_event(RunStatus.INTERRUPTED, reason=reason, code=code),
             ],
             error=reason,

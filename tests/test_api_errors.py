@@ -113,7 +113,7 @@ def test_an_unexpected_exception_is_logged_and_answered_as_internal_error(
     def broken(*args: Any, **kwargs: Any) -> None:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr("runs.transcript.newest_turns", broken)
+    monkeypatch.setattr("runs.transcript_pages.newest_turns", broken)
     RunFactory(session=session)
 
     with caplog.at_level(logging.ERROR, logger="hermesweb.api"):
@@ -159,7 +159,7 @@ def test_a_database_that_cannot_be_reached_is_a_503_to_send_again_not_a_500(
     def unreachable(*args: Any, **kwargs: Any) -> None:
         raise OperationalError("couldn't get a connection after 10.00 sec")
 
-    monkeypatch.setattr("runs.transcript.newest_turns", unreachable)
+    monkeypatch.setattr("runs.transcript_pages.newest_turns", unreachable)
     RunFactory(session=session)
 
     response = api.get(f"/api/sessions/{session.pk}/transcript")

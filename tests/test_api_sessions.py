@@ -13,7 +13,8 @@ from django.test import Client
 from intents.models import IntentKind, IntentState, PendingIntent
 from projects.models import Session
 from runs.models import Attachment, Control, ControlKind, Run, RunStatus
-from runs.transcript import materialize, page_state
+from runs.transcript import materialize
+from runs.transcript_pages import page_state
 from tests.conftest import token_client
 from tests.factories import PendingIntentFactory, ProjectFactory, RunFactory, SessionFactory, run_with_events
 

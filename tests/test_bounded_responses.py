@@ -18,10 +18,10 @@ import orjson
 import pytest
 from django.test import Client
 
-from runs import journal
-from runs import transcript as transcript_pages
+from runs import journal, transcript_pages
 from runs.models import Run
-from runs.transcript import PAGE_TURNS, PAGE_TURNS_MAX, materialize
+from runs.transcript import materialize
+from runs.transcript_pages import PAGE_TURNS, PAGE_TURNS_MAX
 from tests import factories
 from tests.support.live import LiveStack, layer, live  # noqa: F401
 from tests.support.runs import follow_event_pages

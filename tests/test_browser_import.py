@@ -10,6 +10,7 @@ a session file of the agent's that is spoilt once listed (its import fails with 
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,10 @@ def old_agent_session(store: Path, like: str) -> Path:
     record = {"session_id": sid, "cwd": cwd, "created_at": at, "updated_at": at, "title": "Old notes"}
     path = store / f"{sid}.json"
     path.write_text(json.dumps({**record, "turns": 0, "context_tokens": 0, "history": []}))
+    # As the agent would have written it: its own file (a root runner's agents run as an account
+    # of their own, and this process's umask makes new files owner-only).
+    like_stat = (store / f"{like}.json").stat()
+    os.chown(path, like_stat.st_uid, like_stat.st_gid)
     return path
 
 

@@ -11,7 +11,7 @@ import pytest
 from runs import journal
 from runs.journal import NewEvent, done_event
 from runs.models import Run, RunStatus
-from runs.transcript import PAGE_TURNS
+from runs.transcript_pages import PAGE_TURNS
 from runs.turns import finish_run
 from tests import factories
 from tests.support.browser import (  # noqa: F401 - fixtures

@@ -32,6 +32,7 @@ from runs.runner import netproxy
 from runs.runner.netbridge import bridge_argv, proxy_env
 from runs.runner.netpolicy import Mode, NetworkPolicy, policy_for, private_reason, service_hosts
 from runs.runner.netproxy import NetworkProxy, Refusal, private_socket_dir
+from runs.runner.sandbox import code_dirs
 from tests.support.procs import free_port
 
 needs_bwrap = pytest.mark.skipif(
@@ -601,6 +602,8 @@ def test_the_bridge_in_a_real_sandbox_reaches_only_what_the_policy_allows() -> N
                     "--dev", "/dev",
                     "--proc", "/proc",
                     "--tmpfs", "/tmp",
+                    # The interpreter and the checkout may live under /tmp (a CI clone): back in.
+                    *[a for code in code_dirs(sys.executable) for a in ("--ro-bind", str(code), str(code))],
                     "--bind", directory, directory,
                     "--",
                     *bridge_argv(

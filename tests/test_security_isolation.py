@@ -40,8 +40,11 @@ from django.db import connection, transaction
 from django.db.models import Count, Max, QuerySet
 from django.test import Client
 from django.urls import URLResolver, get_resolver
+from django.utils import timezone
 from websockets.sync.client import connect
 
+from automations import services as automations
+from automations.models import Firing, Trigger
 from intents.models import PendingIntent
 from projects.models import Project, Session, Workflow
 from runs import search
@@ -61,6 +64,7 @@ from tests import factories
 from tests.conftest import token_client
 from tests.support.api_objects import COLLECTIONS
 from tests.support.live import LiveSocket, LiveStack, layer, live, session_cookie  # noqa: F401
+from workspace.models import Checkpoint
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -84,6 +88,8 @@ NOT_OBJECT_SCOPED = {
     "api/search": "searches the caller's own turns (tests/test_search.py); swept for words A's turn holds",
     "api/tokens/revoke-all": "revokes the caller's own tokens (tests/test_security_tokens.py)",
     "api/<path:rest>": "the API's fallback: 404 for a path no route matched",
+    "api/hooks/<secret>": "a webhook: its secret is the credential, cookies and tokens are ignored "
+    "(tests/test_automations_webhooks.py); swept with what A's rows hold of it (its hash), a 404",
 }
 SWEPT_UNSCOPED: dict[str, Callable[[World], str]] = {
     "": lambda w: "/",
@@ -95,6 +101,7 @@ SWEPT_UNSCOPED: dict[str, Callable[[World], str]] = {
     # Words of A's finished turn other than the marker (the answer repeats the query).
     "api/search": lambda w: "/api/search?q=first+question",
     "api/<path:rest>": lambda w: f"/api/sessions/{w.idle.pk}/no-such-route",
+    "api/hooks/<secret>": lambda w: f"/api/hooks/{w.webhook.secret_digest}",
 }
 
 # What a path parameter names: by its name, or for `id` by the collection before it.
@@ -107,8 +114,25 @@ NAMED = {
     "job_id": "job",
     "approval_id": "approval",
     "clarify_id": "clarify",
+    "trigger_id": "trigger",
 }
-OBJECT_KINDS = {"project", "workflow", "session", "run", "intent", "job", "attachment"}
+OBJECT_KINDS = {
+    "project",
+    "workflow",
+    "session",
+    "run",
+    "intent",
+    "job",
+    "attachment",
+    "checkpoint",
+    "trigger",
+}
+# The files API's `path` query, by route: the project's top, and a file build_world writes there.
+NOTES_FILE = "notes.txt"
+QUERY_VALUES: dict[str, dict[str, Any]] = {
+    "api/projects/<id>/files": {"path": ""},
+    "api/projects/<id>/files/content": {"path": NOTES_FILE},
+}
 # A multipart upload's body (`POST /sessions/{id}/attachments`): a small text file.
 MULTIPART = "multipart/form-data"
 PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -135,6 +159,9 @@ class World:
     intent: PendingIntent
     job: AgentJob
     attachment: Attachment  # uploaded to the idle session; its name and text carry the words
+    schedule: Trigger  # on the workflow, with a firing that launched into the idle session
+    webhook: Trigger
+    checkpoint: Checkpoint  # of the idle session's run; its tree is not in any store
 
     def candidates(self, kind: str) -> list[Any]:
         """The values a parameter of this kind is tried with."""
@@ -146,6 +173,8 @@ class World:
             "intent": [self.intent.pk],
             "job": [self.job.pk],
             "attachment": [self.attachment.pk],
+            "trigger": [self.schedule.pk, self.webhook.pk],
+            "checkpoint": [self.checkpoint.pk],
             "approval": [APPROVAL_ID],
             "clarify": [CLARIFY_ID],
         }[kind]
@@ -217,7 +246,37 @@ def build_world(user: Any, words: str, root: Path) -> World:
     )
     search.index_run(finished.pk)  # its words searchable, so a search by anyone else is swept for them
     attachment = do_upload_attachment(user, idle.pk, Upload(f"{words}.txt", [f"{words} notes\n".encode()]))
-    return World(user, project, workflow, idle, busy, finished, active, intent, job, attachment)
+    (path / NOTES_FILE).write_text(f"{words} file\n")  # what the files API serves its owner
+    # A tree no store holds: a restore of it is refused (409) before any file is touched.
+    checkpoint = Checkpoint.objects.create(
+        project=project, session=idle, run=finished, kind="start", tree="0" * 40
+    )
+    schedule = automations.do_create_trigger(
+        workflow,
+        kind="schedule",
+        cron="0 7 * * 1-5",
+        timezone_name="Europe/Berlin",
+        variables={"file": words},
+    ).trigger
+    Firing.objects.create(
+        trigger=schedule, planned_at=timezone.now(), outcome="launched", session=idle, run=finished
+    )
+    webhook = automations.do_create_trigger(workflow, kind="webhook", variables={"file": words}).trigger
+    return World(
+        user,
+        project,
+        workflow,
+        idle,
+        busy,
+        finished,
+        active,
+        intent,
+        job,
+        attachment,
+        schedule,
+        webhook,
+        checkpoint=checkpoint,
+    )
 
 
 def snapshot_queries(owner: Any) -> dict[str, QuerySet[Any]]:
@@ -233,6 +292,9 @@ def snapshot_queries(owner: Any) -> dict[str, QuerySet[Any]]:
         "intents": PendingIntent.objects.filter(**in_session).order_by("pk").values(),
         "jobs": AgentJob.objects.filter(**mine).order_by("pk").values(),
         "attachments": Attachment.objects.filter(**in_session).order_by("pk").values(),
+        "triggers": Trigger.objects.filter(workflow__project__owner=owner).order_by("pk").values(),
+        "firings": Firing.objects.filter(trigger__workflow__project__owner=owner).order_by("pk").values(),
+        "checkpoints": Checkpoint.objects.filter(**in_session).order_by("pk").values(),
         "journal": JournalEvent.objects.filter(run__session__project__owner=owner)
         .values("run_id")
         .annotate(n=Count("pk"), top=Max("seq"))
@@ -324,6 +386,9 @@ FIELD_VALUES: dict[str, Any] = {
     "answer": "sweep answer",
     "agent": "demo",
     "prompt_template": "Sweep {file}",
+    "cron": "0 7 * * 1-5",
+    "timezone": "Europe/Berlin",
+    "at": None,  # with `cron`, a schedule has no instant
 }
 
 
@@ -439,7 +504,9 @@ def plan(
             if operation is not None:
                 for parameter in operation.get("parameters", []):
                     where, name = parameter["in"], parameter["name"]
-                    if where == "query":
+                    if where == "query" and name in QUERY_VALUES.get(template, {}):
+                        query[name] = QUERY_VALUES[template][name]
+                    elif where == "query":
                         query[name] = fill.value(f"query.{name}", name, parameter["schema"])
                     elif where != "path" and parameter.get("required"):
                         raise Unclassified(f"{template}: a required {where} parameter {name!r}")
@@ -592,6 +659,8 @@ class Sweep:
             for foreign in slots:
                 pick = lambda slot, foreign=foreign: self.a if slot == foreign else self.other  # noqa: E731
                 for probe in plan(template, operations, schemas, self.root, pick, one_owner=False):
+                    if foreign not in probe.slots:
+                        continue  # this method names none of A's objects (a list beside a create)
                     self.check(probe, lambda status, code: "a success" if status < 300 else None)
 
     def unscoped(self) -> None:

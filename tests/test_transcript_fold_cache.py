@@ -14,9 +14,10 @@ import pytest
 from django.test import Client
 
 from runs import journal
-from runs import transcript as T
+from runs import transcript_pages as T
 from runs.management.commands.compact_journal import compact_run
 from runs.models import Run
+from runs.transcript import materialize
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +89,7 @@ def test_the_transcript_api_answers_the_fresh_fold_from_the_kept_one(api: Client
 
     [turn] = api.get(f"/api/sessions/{session.pk}/transcript").json()["turns"]
 
-    fresh = T.materialize(run.events.order_by("seq"))
+    fresh = materialize(run.events.order_by("seq"))
     assert turn["complete"] is True
     assert turn["state"] == T.page_state(fresh)
     assert len(T.fold_cache.entries) == 1
@@ -118,7 +119,7 @@ def test_compaction_folds_the_run_afresh(session: Any) -> None:
     after = page(compacted, 10**9)
 
     assert after.state is not before.state and len(T.fold_cache.entries) == 2
-    assert after.state == T.fold_within(compacted, None)[0] == T.materialize(compacted.events.order_by("seq"))
+    assert after.state == T.fold_within(compacted, None)[0] == materialize(compacted.events.order_by("seq"))
 
 
 def test_the_kept_folds_stay_within_their_byte_limit() -> None:
@@ -143,4 +144,4 @@ def test_a_fold_reads_the_same_without_server_side_cursors(
     monkeypatch.setitem(connection.settings_dict, "DISABLE_SERVER_SIDE_CURSORS", True)
 
     assert T.fold_within(run, budget=None) == streamed
-    assert streamed[0] == T.materialize(run.events.order_by("seq"))
+    assert streamed[0] == materialize(run.events.order_by("seq"))

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from runs.transcript import PAGE_OMITS, materialize
+from runs.transcript import materialize
+from runs.transcript_pages import PAGE_OMITS
 from tests import factories
 
 pytestmark = pytest.mark.django_db

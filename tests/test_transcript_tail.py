@@ -13,8 +13,9 @@ import orjson
 import pytest
 from django.test import Client
 
-from runs import transcript as T
+from runs import transcript_pages as T
 from runs.models import Run
+from runs.transcript import materialize
 from tests import factories
 
 pytestmark = pytest.mark.django_db
@@ -52,7 +53,7 @@ def transcript(api: Client, session: Any) -> dict[str, Any]:
 
 
 def whole_items(run: Run) -> list[dict[str, Any]]:
-    return T.materialize(run.events.order_by("seq"))["items"]
+    return materialize(run.events.order_by("seq"))["items"]
 
 
 def test_a_finished_run_larger_than_the_page_comes_from_its_end(api: Client, session: Any) -> None:

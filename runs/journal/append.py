@@ -21,6 +21,7 @@ from django.utils import timezone
 from runs.journal.events import TERMINAL_STATES, AlreadyTerminal, Appended, JournalError, NewEvent
 from runs.journal.rows import dump_json, insert, saved_event, sql_for
 from runs.models import JournalEvent, Run, RunStatus
+from runs.notify.sending import publish_on_commit
 from runs.redaction import redact
 
 
@@ -39,7 +40,7 @@ def append_batch(
         rows, session_id = append_unpublished(run_id, events, **run_updates)
         if publish:
             envelopes = [row.envelope(session_id) for row in rows]
-            transaction.on_commit(lambda: _publish(session_id, run_id, envelopes))
+            publish_on_commit(_publish, session_id, run_id, envelopes)
     return rows
 
 

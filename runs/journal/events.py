@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Unpack
 
+from runs.journal.payloads import Done, DoneDetails
 from runs.models import TERMINAL_STATUSES, EventType, JournalEvent
 
 TERMINAL_STATES = {s.value for s in TERMINAL_STATUSES}
@@ -36,6 +37,7 @@ class Appended(NamedTuple):
 @dataclass
 class NewEvent:
     type: str
+    # The type's declared payload (runs/journal/payloads.py, PAYLOADS), as a plain dict.
     payload: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -43,7 +45,8 @@ class NewEvent:
         return self.type == EventType.DONE
 
 
-def done_event(state: str, **payload: Any) -> NewEvent:
+def done_event(state: str, **details: Unpack[DoneDetails]) -> NewEvent:
     if state not in TERMINAL_STATES:
         raise ValueError(f"terminal state must be one of {sorted(TERMINAL_STATES)}, got {state!r}")
-    return NewEvent(EventType.DONE, {"state": state, **payload})
+    payload: Done = {"state": state, **details}
+    return NewEvent(EventType.DONE, payload)

@@ -13,7 +13,6 @@ import contextlib
 import enum
 import logging
 import time
-import weakref
 from typing import Any, NamedTuple
 
 from autobahn.exception import Disconnected
@@ -26,7 +25,9 @@ from django.db import InterfaceError, OperationalError
 from hermesweb.auth import read_socket_user, socket_sign_in, socket_user_now
 from hermesweb.errors import database_unavailable_body
 from projects.models import Session
+from projects.refusals import Refused
 from runs import services
+from runs.event_loops import per_event_loop
 from runs.live.doorbell import tuning
 from runs.live.feed import SessionGone
 from runs.live.outflow import Outflow, TooSlow, watch
@@ -40,6 +41,7 @@ from runs.live.protocol import (
     WatchSessions,
     error_frame,
     parse_client_message,
+    refusal_frame,
     refused_frame,
     submitted_frame,
 )
@@ -126,15 +128,7 @@ class Heartbeats:
                     log.debug("heartbeat not sent", exc_info=True)
 
 
-_heartbeats: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Heartbeats] = weakref.WeakKeyDictionary()
-
-
-def get_heartbeats() -> Heartbeats:
-    loop = asyncio.get_running_loop()
-    beats = _heartbeats.get(loop)
-    if beats is None:
-        beats = _heartbeats[loop] = Heartbeats()
-    return beats
+get_heartbeats = per_event_loop(Heartbeats)  # this event loop's Heartbeats
 
 
 class Admission(enum.IntEnum):
@@ -214,8 +208,8 @@ def _answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> Su
         return signed_out
     except Session.DoesNotExist:
         return SubmitAnswer(refused_frame(client_id, 404, "not_found", "No such session."), False)
-    except services.SubmitRefused as exc:
-        return SubmitAnswer(refused_frame(client_id, exc.status, exc.code, exc.message), False)
+    except Refused as exc:
+        return SubmitAnswer(refusal_frame(client_id, exc), False)
     return SubmitAnswer(submitted_frame(client_id, SubmitOut.from_result(result)), False)
 
 

@@ -58,9 +58,7 @@ async def watch_layer(on_down: Callable[[], None]) -> None:
         if layer is None:
             return
         try:
-            await asyncio.wait_for(
-                layer.group_send(notify.PROBE_GROUP, {"type": "probe"}), notify.PUBLISH_TIMEOUT_SECONDS
-            )
+            await notify.probe(layer)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -21,6 +20,8 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from runs import journal, notify
+from runs.event_loops import per_event_loop
+from runs.journal.payloads import SESSION_STATE_EVENTS
 from runs.live.doorbell import layer_down, poll_seconds, watch_layer
 from runs.live.protocol import (
     FIRST_PAGE_EVENTS,
@@ -43,7 +44,7 @@ from runs.live.reads import (
     session_marker,
     session_snapshot,
 )
-from runs.models import EventType, Run
+from runs.models import Run
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ log = logging.getLogger(__name__)
 INBOX_MAX = 2000
 # One snapshot check for the doorbells of a turn's start (submit, run.started, title).
 WAKE_COALESCE_SECONDS = 0.025
-# Events that may change the session snapshot (active run status, title).
-STATE_EVENTS = frozenset({EventType.RUN_STARTED, EventType.STATUS, EventType.DONE, EventType.TITLE_UPDATED})
+# Events that may change the session snapshot (active run status, title), declared with each type.
+STATE_EVENTS = SESSION_STATE_EVENTS
 
 
 # ---------------------------------------------------------------- what a feed hands its subscribers
@@ -571,12 +572,4 @@ class LiveHub:
                         await task
 
 
-_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LiveHub] = weakref.WeakKeyDictionary()
-
-
-def get_hub() -> LiveHub:
-    loop = asyncio.get_running_loop()
-    hub = _hubs.get(loop)
-    if hub is None:
-        hub = _hubs[loop] = LiveHub()
-    return hub
+get_hub = per_event_loop(LiveHub)  # this event loop's LiveHub

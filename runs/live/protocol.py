@@ -14,6 +14,7 @@ import orjson
 import pydantic
 
 from hermesweb.errors import has_nul, validation_details
+from projects.refusals import Refused
 from runs.schemas import MessageIn, SubmitOut
 
 MAX_MESSAGE_CHARS = 64 * 1024
@@ -126,6 +127,12 @@ def refused_frame(client_id: str, status: int, code: str, message: str, **extra:
     """A submit's answer when it is refused: `status` is the HTTP status the POST would have had."""
     error = {"status": status, "code": code, "message": message, **extra}
     return encode({"type": "submitted", "client_id": client_id, "error": error})
+
+
+def refusal_frame(client_id: str, refused: Refused) -> str:
+    """Any domain refusal as a submit's answer: the status, code and message the API would give."""
+    extra = {} if refused.details is None else {"details": refused.details}
+    return refused_frame(client_id, refused.status, refused.code, refused.message, **extra)
 
 
 # ---------------------------------------------------------------- client → server

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
@@ -20,6 +19,7 @@ from channels.db import database_sync_to_async
 
 from hermesweb.auth import StillSignedIn, session_tag, sign_in_facts, socket_user_now, still_signed_in
 from runs import notify
+from runs.event_loops import per_event_loop
 from runs.live.doorbell import tuning
 from runs.live.user_doorbell import UserDoorbell
 
@@ -113,12 +113,4 @@ class SignInWatch:
                 await socket.signed_out()
 
 
-_watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, SignInWatch] = weakref.WeakKeyDictionary()
-
-
-def get_watch() -> SignInWatch:
-    loop = asyncio.get_running_loop()
-    watch = _watches.get(loop)
-    if watch is None:
-        watch = _watches[loop] = SignInWatch()
-    return watch
+get_watch = per_event_loop(SignInWatch)  # this event loop's SignInWatch

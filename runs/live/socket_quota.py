@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-import weakref
 from datetime import timedelta
 from typing import Any
 
@@ -22,6 +21,7 @@ from django.utils import timezone
 
 from hermesweb.models import OpenSocket
 from projects.services import hold_owner
+from runs.event_loops import per_event_loop
 from runs.live.reads import pooled
 
 log = logging.getLogger(__name__)
@@ -94,12 +94,4 @@ class Quota:
                 log.warning("refreshing this process's socket rows failed; trying again", exc_info=True)
 
 
-_quotas: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Quota] = weakref.WeakKeyDictionary()
-
-
-def get_quota() -> Quota:
-    loop = asyncio.get_running_loop()
-    quota = _quotas.get(loop)
-    if quota is None:
-        quota = _quotas[loop] = Quota()
-    return quota
+get_quota = per_event_loop(Quota)  # this event loop's Quota

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +21,7 @@ from channels.db import database_sync_to_async
 from django.conf import settings
 
 from runs import notify
+from runs.event_loops import per_event_loop
 from runs.live.doorbell import layer_down, tuning
 from runs.live.user_doorbell import UserDoorbell
 from runs.live.user_states import SessionState, changes, delta_frame, read_states, snapshot_frame
@@ -151,12 +151,4 @@ class UserHub:
                 feed.ring()
 
 
-_hubs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, UserHub] = weakref.WeakKeyDictionary()
-
-
-def get_user_hub() -> UserHub:
-    loop = asyncio.get_running_loop()
-    hub = _hubs.get(loop)
-    if hub is None:
-        hub = _hubs[loop] = UserHub()
-    return hub
+get_user_hub = per_event_loop(UserHub)  # this event loop's UserHub

@@ -20,6 +20,14 @@ from asgiref.sync import sync_to_async
 
 from runs.controls import record_result
 from runs.journal import NewEvent
+from runs.journal.payloads import (
+    ApprovalOption,
+    ApprovalRequested,
+    ApprovalResolved,
+    ClarifyRequested,
+    ClarifyResolved,
+    Status,
+)
 from runs.models import Control, EventType, RunStatus
 from runs.runner.translate import as_dict, tool_payload
 from runs.runner.writer import JournalWriter
@@ -40,7 +48,7 @@ class AgentRequests:
         self.writer = writer
         self.cancelling = cancelling  # the run is being cancelled: refuse new requests
         self.opened = opened  # a request was journaled: its answer may already be waiting
-        self.approvals: dict[str, tuple[asyncio.Future[Any], dict[str, Any]]] = {}
+        self.approvals: dict[str, tuple[asyncio.Future[Any], ApprovalRequested]] = {}
         self.clarifications: dict[str, asyncio.Future[Any]] = {}
 
     async def permission(self, tool_call: Any, options: list[Any]) -> schema.RequestPermissionResponse:
@@ -48,21 +56,21 @@ class AgentRequests:
             return denied()
         approval_id = f"ap-{uuid.uuid4().hex[:12]}"
         call = as_dict(tool_call)
-        payload = {
-            "approval_id": approval_id,
-            "tool_call_id": call.get("toolCallId"),
-            "title": call.get("title") or "Permission requested",
-            "tool_kind": call.get("kind"),
-            "arguments": call.get("rawInput"),
-            "content": tool_payload(call).get("content", []),
-            "options": [{"option_id": o.option_id, "name": o.name, "kind": o.kind} for o in options],
-        }
+        payload = ApprovalRequested(
+            approval_id=approval_id,
+            tool_call_id=call.get("toolCallId"),
+            title=call.get("title") or "Permission requested",
+            tool_kind=call.get("kind"),
+            arguments=call.get("rawInput"),
+            content=tool_payload(call).get("content", []),
+            options=[ApprovalOption(option_id=o.option_id, name=o.name, kind=o.kind) for o in options],
+        )
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.approvals[approval_id] = (future, payload)
         await self.writer.flush(
             [
                 NewEvent(EventType.APPROVAL_REQUESTED, payload),
-                NewEvent(EventType.STATUS, {"status": RunStatus.AWAITING_APPROVAL}),
+                NewEvent(EventType.STATUS, Status(status=RunStatus.AWAITING_APPROVAL)),
             ],
             status=RunStatus.AWAITING_APPROVAL,
         )
@@ -81,14 +89,14 @@ class AgentRequests:
             [
                 NewEvent(
                     EventType.CLARIFY_REQUESTED,
-                    {
-                        "clarify_id": clarify_id,
-                        "question": message,
-                        "schema": schema_dict,
-                        "input_mode": "form" if schema_dict else "text",
-                    },
+                    ClarifyRequested(
+                        clarify_id=clarify_id,
+                        question=message,
+                        schema=schema_dict,
+                        input_mode="form" if schema_dict else "text",
+                    ),
                 ),
-                NewEvent(EventType.STATUS, {"status": RunStatus.AWAITING_CLARIFY}),
+                NewEvent(EventType.STATUS, Status(status=RunStatus.AWAITING_CLARIFY)),
             ],
             status=RunStatus.AWAITING_CLARIFY,
         )
@@ -106,7 +114,7 @@ class AgentRequests:
         future, _ = entry
         option_id = control.payload["option_id"]
         status = self._status_after(approval=control.target_id)
-        resolved = {"approval_id": control.target_id, "option_id": option_id, "outcome": "selected"}
+        resolved = ApprovalResolved(approval_id=control.target_id, option_id=option_id, outcome="selected")
         await self._journal_answer(control, NewEvent(EventType.APPROVAL_RESOLVED, resolved), status)
         del self.approvals[control.target_id]
         future.set_result(
@@ -118,7 +126,7 @@ class AgentRequests:
     async def _journal_answer(self, control: Control, resolved: NewEvent, status: str) -> None:
         """The answer's event and the run's status, with the control's result in the same transaction."""
         await self.writer.flush(
-            [resolved, NewEvent(EventType.STATUS, {"status": status})],
+            [resolved, NewEvent(EventType.STATUS, Status(status=status))],
             also=lambda: record_result(control.pk, "accepted", "Answer delivered."),
             status=status,
         )
@@ -131,7 +139,7 @@ class AgentRequests:
             return
         content = control.payload.get("content") or {}
         status = self._status_after(clarify=control.target_id)
-        resolved = {"clarify_id": control.target_id, "answer": content, "outcome": "accepted"}
+        resolved = ClarifyResolved(clarify_id=control.target_id, answer=content, outcome="accepted")
         await self._journal_answer(control, NewEvent(EventType.CLARIFY_RESOLVED, resolved), status)
         del self.clarifications[control.target_id]
         future.set_result(schema.AcceptElicitationResponse(action="accept", content=content))
@@ -145,7 +153,7 @@ class AgentRequests:
                 events.append(
                     NewEvent(
                         EventType.APPROVAL_RESOLVED,
-                        {"approval_id": approval_id, "outcome": "cancelled", "reason": why},
+                        ApprovalResolved(approval_id=approval_id, outcome="cancelled", reason=why),
                     )
                 )
         for clarify_id, future in list(self.clarifications.items()):
@@ -154,7 +162,7 @@ class AgentRequests:
                 events.append(
                     NewEvent(
                         EventType.CLARIFY_RESOLVED,
-                        {"clarify_id": clarify_id, "outcome": "cancelled", "reason": why},
+                        ClarifyResolved(clarify_id=clarify_id, outcome="cancelled", reason=why),
                     )
                 )
         self.approvals.clear()

@@ -31,6 +31,7 @@ from django.conf import settings
 
 from projects.models import Project
 from projects.paths import PathRefused, validate_project_location
+from projects.refusals import Refused
 from runs import agents
 from runs.agents import AgentSpec, agent_state_dir, detected_steer
 from runs.models import Run
@@ -50,14 +51,16 @@ INITIALIZE_TIMEOUT = 60.0
 STDIO_LIMIT = 16 * 1024 * 1024
 
 
-class ProjectPathRefused(Exception):
-    """The project's directory no longer passes the path rules: no agent is started in it."""
+class ProjectPathRefused(Refused):
+    """The project's directory no longer passes the path rules: no agent is started in it.
+
+    The runner records it on the run; 409 only says what it would be as an answer (the state forbids).
+    """
 
     code = "project_path_refused"
 
     def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+        super().__init__(409, self.code, message)
 
 
 @dataclass(frozen=True)

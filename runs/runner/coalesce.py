@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from runs.journal import NewEvent
-from runs.models import EventType
+from runs.journal.payloads import DELTA_SEGMENT_KEYS
 
-# A delta type → the payload key naming its segment.
-DELTA_TYPES = {EventType.TOKEN_DELTA: "message_id", EventType.REASONING_DELTA: "reasoning_id"}
+# A delta type → the payload key naming its segment (declared with the type).
+DELTA_TYPES = DELTA_SEGMENT_KEYS
 
 
 class Coalescer:

@@ -22,6 +22,7 @@ from django.conf import settings
 from intents import services as intents
 from runs.controls import record_result
 from runs.journal import AlreadyTerminal, NewEvent, done_event
+from runs.journal.payloads import Error, Progress, RunStarted, Status, SteerDelivered, UsageFinal
 from runs.models import Control, ControlKind, EventType, RunStatus
 from runs.runner import prompt_content, session_config
 from runs.runner.agent_requests import AgentRequests
@@ -32,6 +33,7 @@ from runs.runner.forking import forked_context
 from runs.runner.session_rows import store_agent_session, store_current_mode, store_session_meta
 from runs.runner.translate import Translator, as_dict, per_turn_usage
 from runs.runner.writer import JournalWriter
+from workspace.checkpoints import RunCheckpoints
 
 log = logging.getLogger(__name__)
 
@@ -70,17 +72,17 @@ class RunAborted(Exception):
 def _started_event(context: RunContext, runner_id: str) -> NewEvent:
     return NewEvent(
         EventType.RUN_STARTED,
-        {
-            "status": RunStatus.RUNNING,
-            "session_id": context.session_id,
-            "agent": context.agent,
-            "project": context.project_name,
-            "workspace": context.cwd,
-            "model": context.model or None,
-            "mode": context.mode or None,
-            "runner": runner_id,
-            "source": context.source,
-        },
+        RunStarted(
+            status=RunStatus.RUNNING,
+            session_id=context.session_id,
+            agent=context.agent,
+            project=context.project_name,
+            workspace=context.cwd,
+            model=context.model or None,
+            mode=context.mode or None,
+            runner=runner_id,
+            source=context.source,
+        ),
     )
 
 
@@ -105,6 +107,13 @@ class RunExecution:
         self.prompt_sent = asyncio.Event()
         self.applying: set[int] = set()  # controls being applied
         self._tasks: set[asyncio.Task[Any]] = set()
+        # The project's tree at the run's start and end (docs/workspace.md).
+        self.checkpoints = RunCheckpoints(
+            run_id=context.run_id,
+            session_id=context.session_id,
+            project_id=context.project_id,
+            cwd=context.cwd,
+        )
 
     # ------------------------------------------------------------------ main
 
@@ -120,7 +129,7 @@ class RunExecution:
                 [
                     NewEvent(
                         EventType.ERROR,
-                        {"code": "runner_error", "message": "The runner hit an internal error."},
+                        Error(code="runner_error", message="The runner hit an internal error."),
                     ),
                     done_event(RunStatus.FAILED, reason="runner error"),
                 ],
@@ -145,6 +154,7 @@ class RunExecution:
     async def _execute(self) -> None:
         # Written while the agent is prompted; first of the run's events, as the writer keeps order.
         self.writer.add([_started_event(self.context, self.host.runner_id)])
+        self.checkpoints.begin()  # beside the agent's start: not in the first token's way
         spec = settings.HERMESWEB_AGENTS.get(self.context.agent)
         if spec is None:
             await self._fail(
@@ -172,6 +182,9 @@ class RunExecution:
         if refused is not None:
             await self._fail(refused.code, refused.message)
             return
+        # Taken before the agent can edit: waited for here, begun beside its start.
+        if notice := await self.checkpoints.before_prompt():
+            self.writer.add([NewEvent(EventType.PROGRESS, Progress(text=notice))])
         await self._prompt()
 
     async def _open_session(self) -> None:
@@ -198,7 +211,7 @@ class RunExecution:
                     [
                         NewEvent(
                             EventType.PROGRESS,
-                            {"text": "The agent cannot reload sessions; starting a new one."},
+                            Progress(text="The agent cannot reload sessions; starting a new one."),
                         )
                     ]
                 )
@@ -214,6 +227,8 @@ class RunExecution:
         assert self.process is not None
         process = self.process
         blocks = await prompt_content.prompt_blocks(self.context, process.capabilities)
+        # Files restored since the agent's last turn: said before the user's text (docs/workspace.md).
+        blocks = [*(await self.checkpoints.prompt_note()), *blocks]
         prompt = process.conn.prompt(session_id=self.agent_session_id, prompt=blocks)
         task = asyncio.ensure_future(process.call(prompt))
         task.add_done_callback(self._turn_over)
@@ -272,10 +287,11 @@ class RunExecution:
             if stop_reason == "cancelled" or self.cancel_requested.is_set()
             else RunStatus.COMPLETED
         )
+        usage_final: UsageFinal = {**usage, "context": self.translator.usage}
         final = [
             *self.translator.finish("cancelled" if state == RunStatus.CANCELLED else "turn_end"),
             *self.requests.cancel_all("turn ended"),
-            NewEvent(EventType.USAGE_FINAL, {**usage, "context": self.translator.usage}),
+            NewEvent(EventType.USAGE_FINAL, usage_final),
             done_event(state, stop_reason=stop_reason, usage=usage),
         ]
         await self._finish_safely(final, stop_reason=stop_reason, usage=usage_record)
@@ -284,6 +300,7 @@ class RunExecution:
 
     async def _finish_safely(self, final: list[NewEvent], **updates: Any) -> None:
         try:
+            await self.checkpoints.end()  # a finished run always has both ends
             await self.writer.finish(final, **updates)
         except AlreadyTerminal:
             log.info("run %s already had its terminal event", self.run_id)
@@ -314,7 +331,7 @@ class RunExecution:
         final = [
             *self.translator.finish("failed"),
             *self.requests.cancel_all("run failed"),
-            NewEvent(EventType.ERROR, {"code": code, "message": message, "terminal": True}),
+            NewEvent(EventType.ERROR, Error(code=code, message=message, terminal=True)),
             done_event(RunStatus.FAILED, reason=message, code=code),
         ]
         await self._finish_safely(final, error=message)
@@ -353,7 +370,7 @@ class RunExecution:
             # The agent switched mode itself: the session's mode follows (session_config.py), in
             # the journal's order, so before this turn ends and the next one's claim reads it.
             mode, session_id = str(data["currentModeId"]), self.context.session_id
-            shown = NewEvent(EventType.PROGRESS, {"text": f"The agent switched to mode {mode}."})
+            shown = NewEvent(EventType.PROGRESS, Progress(text=f"The agent switched to mode {mode}."))
             self._spawn(self.writer.flush([shown], also=lambda: store_current_mode(session_id, mode)))
         if data.get("sessionUpdate") == "available_commands_update":
             commands = self._new_commands()
@@ -400,7 +417,7 @@ class RunExecution:
         self.cancel_requested.set()
         resolved = self.requests.cancel_all("cancelled")
         await self.writer.flush(
-            [*resolved, NewEvent(EventType.STATUS, {"status": RunStatus.CANCELLING})],
+            [*resolved, NewEvent(EventType.STATUS, Status(status=RunStatus.CANCELLING))],
             also=lambda: record_result(control.pk, "accepted", "Cancel sent to the agent."),
         )
         if self.process is not None and self.agent_session_id and self.process.alive:
@@ -463,7 +480,8 @@ class RunExecution:
         await self.writer.flush(
             [
                 NewEvent(
-                    EventType.STEER_DELIVERED, {"intent_id": intent_id, "text": text, "state": "delivered"}
+                    EventType.STEER_DELIVERED,
+                    SteerDelivered(intent_id=intent_id, text=text, state="delivered"),
                 )
             ],
             also=lambda: intents.do_steer_delivered(control.pk, intent_id),

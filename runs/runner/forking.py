@@ -14,6 +14,7 @@ import logging
 import acp
 
 from runs.journal import NewEvent
+from runs.journal.payloads import Progress
 from runs.models import EventType
 from runs.runner.agents import AgentProcess
 from runs.runner.claims import RunContext
@@ -57,4 +58,4 @@ async def forked_context(process: AgentProcess, context: RunContext, writer: Jou
 
 
 def _say(writer: JournalWriter, text: str) -> None:
-    writer.add([NewEvent(EventType.PROGRESS, {"text": text})])
+    writer.add([NewEvent(EventType.PROGRESS, Progress(text=text))])

@@ -32,6 +32,7 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 from django.utils import timezone
 
+from automations import scheduler as automations
 from runs import attachments, notify
 from runs.models import Control, Run
 from runs.runner import connections, leases
@@ -141,6 +142,8 @@ class RunnerProcess:
             asyncio.ensure_future(self._control_loop()),
             asyncio.ensure_future(self._doorbell_loop()),
             asyncio.ensure_future(JobLoop(self).run()),
+            # Triggers' planned times (docs/automations.md): the database decides which runner fires.
+            asyncio.ensure_future(automations.run(self.stopping, self.runner_id, revived)),
         ]
         await self.stopping.wait()
         log.info("runner %s stopping: no new claims; %d turn(s) finishing", self.runner_id, len(self.tasks))

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from projects.models import Session
@@ -54,7 +53,7 @@ def store_current_mode(session_id: int, mode: str) -> None:
     Called inside a journal batch's transaction (runs/runner/execution.py): rings on commit.
     """
     Session.objects.filter(pk=session_id).update(mode=mode)
-    transaction.on_commit(lambda: notify.publish_session_changed(session_id))
+    notify.publish_on_commit(notify.publish_session_changed, session_id)
 
 
 def store_session_meta(session_id: int, title: str | None, commands: list[dict[str, Any]] | None) -> None:

@@ -13,6 +13,22 @@ from typing import Any
 from acp import schema
 
 from runs.journal import NewEvent
+from runs.journal.payloads import (
+    DiffContent,
+    PlanEntry,
+    PlanUpdated,
+    ReasoningDelta,
+    ReasoningDone,
+    TerminalContent,
+    TextContent,
+    TitleUpdated,
+    TokenDelta,
+    ToolContent,
+    ToolDone,
+    ToolStarted,
+    ToolUpdated,
+    UsageUpdated,
+)
 from runs.models import EventType
 from runs.redaction import redact_text
 
@@ -57,9 +73,9 @@ def text_of(content: Any) -> str:
     return ""
 
 
-def _tool_content(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _tool_content(items: list[dict[str, Any]]) -> list[ToolContent]:
     """Keep text, diffs and terminal refs; truncate long text so one tool cannot flood the journal."""
-    out: list[dict[str, Any]] = []
+    out: list[ToolContent] = []
     for item in items or []:
         kind = item.get("type")
         if kind == "content":
@@ -68,18 +84,18 @@ def _tool_content(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 text = redact_text(text)  # before the cut, which could leave half a secret unmasked
             if len(text) > MAX_TOOL_TEXT:
                 text = text[:MAX_TOOL_TEXT] + f"\n… [{len(text) - MAX_TOOL_TEXT} characters truncated]"
-            out.append({"type": "text", "text": text})
+            out.append(TextContent(type="text", text=text))
         elif kind == "diff":
             out.append(
-                {
-                    "type": "diff",
-                    "path": item.get("path"),
-                    "old_text": item.get("oldText"),
-                    "new_text": item.get("newText"),
-                }
+                DiffContent(
+                    type="diff",
+                    path=item.get("path"),
+                    old_text=item.get("oldText"),
+                    new_text=item.get("newText"),
+                )
             )
         elif kind == "terminal":
-            out.append({"type": "terminal", "terminal_id": item.get("terminalId")})
+            out.append(TerminalContent(type="terminal", terminal_id=item.get("terminalId")))
     return out
 
 
@@ -93,15 +109,18 @@ _TOOL_FIELDS = (
 )
 
 
-def tool_payload(data: dict[str, Any]) -> dict[str, Any]:
-    """A tool call's fields as the journal keeps them (its content trimmed to text, diffs, terminals)."""
+def tool_payload(data: dict[str, Any]) -> ToolUpdated:
+    """A tool call's fields as the journal keeps them (its content trimmed to text, diffs, terminals).
+
+    `tool.updated`'s payload as it is; `tool.started` adds its status and start time.
+    """
     payload: dict[str, Any] = {"tool_call_id": data.get("toolCallId", "")}
     for source, target in _TOOL_FIELDS:
         if data.get(source) is not None:
             payload[target] = data[source]
     if data.get("content") is not None:
         payload["content"] = _tool_content(data["content"])
-    return payload
+    return ToolUpdated(**payload)
 
 
 class Translator:
@@ -116,14 +135,14 @@ class Translator:
         self.unnamed_message: str | None = None
         self.title: str | None = None
         self.commands: list[dict[str, Any]] | None = None
-        self.usage: dict[str, Any] = {}
+        self.usage: UsageUpdated = {}
         self.text_chars = 0
 
     def _close_reasoning(self) -> list[NewEvent]:
         if not self.reasoning_open:
             return []
         self.reasoning_open = False
-        return [NewEvent(EventType.REASONING_DONE, {"reasoning_id": f"r{self.reasoning_index}"})]
+        return [NewEvent(EventType.REASONING_DONE, ReasoningDone(reasoning_id=f"r{self.reasoning_index}"))]
 
     def translate(self, update: Any) -> list[NewEvent]:
         data = as_dict(update)
@@ -148,12 +167,9 @@ class Translator:
             self.message_index += 1
         if text:
             self.text_chars += len(text)
-            events.append(
-                NewEvent(
-                    EventType.TOKEN_DELTA,
-                    {"message_id": message_id, "delta": text, "content_type": "markdown"},
-                )
-            )
+            # A literal, not TokenDelta(...): the call costs a text chunk, nearly every update, more.
+            delta: TokenDelta = {"message_id": message_id, "delta": text, "content_type": "markdown"}
+            events.append(NewEvent(EventType.TOKEN_DELTA, delta))
         return events
 
     def _break_message(self) -> None:
@@ -168,9 +184,8 @@ class Translator:
         if not self.reasoning_open:
             self.reasoning_open = True
             self.reasoning_index += 1
-        return [
-            NewEvent(EventType.REASONING_DELTA, {"reasoning_id": f"r{self.reasoning_index}", "delta": text})
-        ]
+        delta: ReasoningDelta = {"reasoning_id": f"r{self.reasoning_index}", "delta": text}  # a literal, too
+        return [NewEvent(EventType.REASONING_DELTA, delta)]
 
     def _on_tool_call(self, data: dict[str, Any]) -> list[NewEvent]:
         events = self._close_reasoning()
@@ -181,15 +196,17 @@ class Translator:
             # A replayed or repeated start: treat as an update.
             return [*events, NewEvent(EventType.TOOL_UPDATED, payload)]
         self.open_tools[tool_id] = time.monotonic()
-        payload["started_at"] = time.time()
-        events.append(NewEvent(EventType.TOOL_STARTED, payload))
-        if payload["status"] in ("completed", "failed"):
-            events.append(self._done(tool_id, payload["status"]))
+        started: ToolStarted = {**payload, "status": payload["status"], "started_at": time.time()}
+        events.append(NewEvent(EventType.TOOL_STARTED, started))
+        if started["status"] in ("completed", "failed"):
+            events.append(self._done(tool_id, started["status"]))
         return events
 
-    def _done(self, tool_id: str, status: str, **extra: Any) -> NewEvent:
+    def _done(self, tool_id: str, status: str, closed_by: str | None = None) -> NewEvent:
         started = self.open_tools.pop(tool_id, None)
-        payload: dict[str, Any] = {"tool_call_id": tool_id, "status": status, **extra}
+        payload = ToolDone(tool_call_id=tool_id, status=status)
+        if closed_by is not None:
+            payload["closed_by"] = closed_by
         if started is not None:
             payload["duration"] = round(time.monotonic() - started, 3)
         payload["error"] = status == "failed"
@@ -202,9 +219,8 @@ class Translator:
         if tool_id not in self.open_tools:
             # An update for a call we never saw start (or already closed): open it so the card exists.
             self.open_tools[tool_id] = time.monotonic()
-            events.append(
-                NewEvent(EventType.TOOL_STARTED, {**payload, "status": payload.get("status", "in_progress")})
-            )
+            started: ToolStarted = {**payload, "status": payload.get("status", "in_progress")}
+            events.append(NewEvent(EventType.TOOL_STARTED, started))
         else:
             events.append(NewEvent(EventType.TOOL_UPDATED, payload))
         if payload.get("status") in ("completed", "failed"):
@@ -213,17 +229,17 @@ class Translator:
 
     def _on_plan(self, data: dict[str, Any]) -> list[NewEvent]:
         entries = [
-            {
-                "content": e.get("content", ""),
-                "priority": e.get("priority", "medium"),
-                "status": e.get("status", "pending"),
-            }
+            PlanEntry(
+                content=e.get("content", ""),
+                priority=e.get("priority", "medium"),
+                status=e.get("status", "pending"),
+            )
             for e in data.get("entries", [])
         ]
-        return [NewEvent(EventType.PLAN_UPDATED, {"entries": entries})]
+        return [NewEvent(EventType.PLAN_UPDATED, PlanUpdated(entries=entries))]
 
     def _on_usage_update(self, data: dict[str, Any]) -> list[NewEvent]:
-        payload = {k: data[k] for k in ("used", "size", "cost") if data.get(k) is not None}
+        payload = UsageUpdated(**{k: data[k] for k in ("used", "size", "cost") if data.get(k) is not None})
         self.usage = payload
         return [NewEvent(EventType.USAGE_UPDATED, payload)]
 
@@ -232,7 +248,7 @@ class Translator:
         if not title:
             return []
         self.title = title
-        return [NewEvent(EventType.TITLE_UPDATED, {"title": title, "source": "agent"})]
+        return [NewEvent(EventType.TITLE_UPDATED, TitleUpdated(title=title, source="agent"))]
 
     def _on_available_commands_update(self, data: dict[str, Any]) -> list[NewEvent]:
         commands = []

@@ -20,11 +20,12 @@ one flush is queued at a time — it takes whatever the buffer holds when it run
 How a flush is written:
 - plain events go to the event loop's `GroupCommit`: one transaction (on PostgreSQL one
   statement) holds what all the runs of the process handed over while the previous group
-  was in flight, so a runner commits once per group, not once per run per window. A group
-  the database refuses is written again batch by batch (`write_each`), so one bad batch
-  costs only itself;
+  was in flight, so a runner commits once per group, not once per run per window. The group
+  goes from the loop on its own connection in a PostgreSQL runner (`GroupCommit.commit_from_loop`),
+  else from a database thread (`write_group`). A group the database refuses is written again
+  batch by batch (`write_refused_group`), so one bad batch costs only itself;
 - a flush that records a control (`also`), updates the run or ends it keeps a transaction
-  of its own (`write_batch`, `turns.finish_run`);
+  of its own (`write_alone`), and the turn's last one goes through `turns.finish_run`;
 - a write the database did not answer (its connection lost under it, a restart) is read
   back, and made again only if it did not land (`JournalWriter` "exactly once").
 
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -47,7 +47,9 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, transaction
 
 from runs import journal, notify, turns
+from runs.event_loops import per_event_loop
 from runs.journal import NewEvent
+from runs.journal.payloads import SIDEBAR_EVENTS
 from runs.models import JournalEvent
 from runs.runner.coalesce import Coalescer
 from runs.runner.connections import LoopConnection, Retrying, revive, revived
@@ -74,21 +76,6 @@ db_threads = db_thread_pool()
 def in_db_thread[**P, R](func: Callable[P, R]) -> Callable[P, Awaitable[R]]:
     """`func` as a coroutine function run in one of the writer's database threads."""
     return sync_to_async(func, thread_sensitive=False, executor=db_threads)
-
-
-# Events that change what the owner's sidebar shows of the session (runs.live.user_states).
-SIDEBAR_EVENTS = frozenset(
-    {
-        "run.started",
-        "status",
-        "approval.requested",
-        "approval.resolved",
-        "clarify.requested",
-        "clarify.resolved",
-        "title.updated",
-        "done",
-    }
-)
 
 
 def changes_sidebar(batch: Sequence[NewEvent]) -> bool:
@@ -236,7 +223,7 @@ class JournalWriter:
         else:
 
             def write() -> Awaitable[Written]:
-                return in_db_thread(write_batch)(self.run_id, batch, also, run_updates)
+                return in_db_thread(write_alone)(self.run_id, batch, also, run_updates)
 
         written = await self._write_exactly_once(batch, write)
         self._announce(written, bool(run_updates) or changes_sidebar(batch))
@@ -348,13 +335,14 @@ class JournalWriter:
 Items = Sequence[tuple[int, Sequence[NewEvent]]]  # (run id, its batch) for several runs
 
 
-def write_batch(
+def write_alone(
     run_id: int,
     batch: Sequence[NewEvent],
     also: Callable[[], None] | None = None,
     run_updates: dict[str, Any] | None = None,
 ) -> Written:
-    """One run's batch in a transaction of its own, with `also` and the run's updates."""
+    """One run's batch in a transaction of its own, with `also` and the run's updates: a flush that
+    records a control, updates the run or ends it, and each batch of a refused group."""
     revive()
     updates = run_updates or {}
     if transaction.get_connection().in_atomic_block:
@@ -374,16 +362,17 @@ def write_batch(
 def write_group(items: Items) -> list[Written | Exception]:
     """The batches of several runs in one transaction; per item its answer or its refusal.
 
+    A group from a database thread: SQLite, and a loop without a connection of its own.
     A run that ended or vanished refuses its batch alone (journal.append_group_unpublished).
     Any other failure rolls the group back, and each batch is then written alone
-    (`write_each`); unless the connection was lost during the statement: whether the group
+    (`write_refused_group`); unless the connection was lost during the statement: whether the group
     committed is then unknown, each item answers the error, and each run's writer reads back.
     """
     revive()
     connection = transaction.get_connection()
     on_postgres = connection.vendor == "postgresql"
     if connection.in_atomic_block or (len(items) == 1 and not on_postgres):
-        return write_each(items)
+        return write_refused_group(items)
     try:
         if on_postgres:
             # One statement that commits by itself: a group, even of one run, is one round
@@ -401,16 +390,17 @@ def write_group(items: Items) -> list[Written | Exception]:
             log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
             return [exc] * len(items)
         log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
-        return write_each(items)
+        return write_refused_group(items)
     return [_written(result) for result in results]
 
 
-def write_each(items: Items) -> list[Written | Exception]:
-    """Each run's batch in a transaction of its own: a batch refused costs only itself."""
+def write_refused_group(items: Items) -> list[Written | Exception]:
+    """A group the database refused (or one a test's transaction holds), each run's batch in a
+    transaction of its own: a batch refused costs only itself."""
     results: list[Written | Exception] = []
     for run_id, batch in items:
         try:
-            results.append(write_batch(run_id, batch))
+            results.append(write_alone(run_id, batch))
         except Exception as exc:
             results.append(exc)
     return results
@@ -511,13 +501,19 @@ class GroupCommit:
         """
         if self.connection is None:
             return await in_db_thread(write_group)(items)
+        return await self.commit_from_loop(self.connection, items)
+
+    async def commit_from_loop(
+        self, loop_connection: LoopConnection, items: Items
+    ) -> list[Written | Exception]:
+        """One group on this loop's own connection (a PostgreSQL runner): no thread hop each way."""
         conn = None
         try:
-            conn = await self.connection.get()
+            conn = await loop_connection.get()
             results = await journal.aappend_group_unpublished(conn, items)
         except Exception as exc:
             if conn is not None and conn.closed:
-                await self.connection.discard()
+                await loop_connection.discard()
                 # Lost during the statement: whether the group committed is unknown, so it is
                 # not written again here; each run's writer reads back to find out.
                 log.warning("group commit of %d runs lost its connection", len(items), exc_info=True)
@@ -527,17 +523,8 @@ class GroupCommit:
             # Refused whole on a live connection (a lock timeout, a deadlock, a bad batch: in
             # autocommit the statement rolled back), or never sent.
             log.warning("group commit of %d runs failed; writing them one by one", len(items), exc_info=True)
-            return await in_db_thread(write_each)(items)
+            return await in_db_thread(write_refused_group)(items)
         return [_written(result) for result in results]
 
 
-_groups: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GroupCommit] = weakref.WeakKeyDictionary()
-
-
-def group_commit() -> GroupCommit:
-    """This event loop's GroupCommit."""
-    loop = asyncio.get_running_loop()
-    group = _groups.get(loop)
-    if group is None:
-        group = _groups[loop] = GroupCommit()
-    return group
+group_commit = per_event_loop(GroupCommit)  # this event loop's GroupCommit

@@ -85,6 +85,12 @@ export const api = {
   createWorkflow: (projectId, body) => request('POST', `/projects/${projectId}/workflows`, body),
   updateWorkflow: (id, body) => request('PATCH', `/workflows/${id}`, body),
   deleteWorkflow: (id) => request('DELETE', `/workflows/${id}`),
+  // Automations (docs/automations.md): a workflow's triggers and what they fired.
+  triggers: (workflowId) => request('GET', `/workflows/${workflowId}/triggers`),
+  createTrigger: (workflowId, body) => request('POST', `/workflows/${workflowId}/triggers`, body),
+  updateTrigger: (id, body) => request('PATCH', `/triggers/${id}`, body),
+  deleteTrigger: (id) => request('DELETE', `/triggers/${id}`),
+  firings: (workflowId) => request('GET', `/workflows/${workflowId}/firings`),
   submitMessage: (sessionId, body) => request('POST', `/sessions/${sessionId}/messages`, body),
   // The newest page of turns, or the page before run `before` (`has_more`: older ones exist).
   // `afterRun`: only the turns newer than that run (a page merging what it does not hold yet).

@@ -8,6 +8,7 @@ import { archivedProjects, archivedSessions, isArchived, setProjectStatus, setSe
 import { alertDialog, confirmDialog } from './dialogs.js';
 import { h, heldWhilePressed } from './dom.js';
 import { importDialog } from './import.js';
+import { automationsDialog } from './automations.js';
 import { editProjectDialog, launchDialog, newProjectDialog, workflowDialog } from './manage.js';
 
 export function sessionTitle(session) {
@@ -241,6 +242,7 @@ export class Sidebar {
                   h('span', { class: 'workflow-name', text: w.name, title: w.description || w.prompt_template }),
                   h('button', { type: 'button', class: 'icon', 'data-role': 'edit-workflow', title: 'Edit', 'aria-label': `Edit workflow ${w.name}`, text: '✎', onclick: () => this.editWorkflow(project, w) }),
                   h('button', { type: 'button', class: 'icon', 'data-role': 'delete-workflow', title: 'Delete', 'aria-label': `Delete workflow ${w.name}`, text: '✕', onclick: () => this.deleteWorkflow(project, w) }),
+                  h('button', { type: 'button', class: 'icon', 'data-role': 'automations', title: 'Automations', 'aria-label': `Automations of workflow ${w.name}`, text: '◷', onclick: () => automationsDialog(w) }),
                   archived ? null : h('button', { type: 'button', class: 'btn small', 'data-role': 'launch', text: 'Launch', onclick: () => launchDialog(w) }),
                 ),
               ),

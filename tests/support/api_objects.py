@@ -10,4 +10,6 @@ COLLECTIONS = {
     "intents": "intent",
     "jobs": "job",
     "attachments": "attachment",
+    "triggers": "trigger",
+    "checkpoints": "checkpoint",
 }

@@ -16,9 +16,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
+from runs.journal.payloads import DELTA_SEGMENT_KEYS
 from runs.models import TERMINAL_STATUSES, JournalEvent, Run
-
-DELTA_KEYS = {"token.delta": "message_id", "reasoning.delta": "reasoning_id"}
 
 
 def compact_run(run: Run) -> int:
@@ -31,7 +30,7 @@ def compact_run(run: Run) -> int:
         keep: JournalEvent | None = None
         changed: list[JournalEvent] = []
         for event in JournalEvent.objects.filter(run=run).order_by("seq"):
-            key = DELTA_KEYS.get(event.type)
+            key = DELTA_SEGMENT_KEYS.get(event.type)
             same = (
                 keep is not None
                 and key
