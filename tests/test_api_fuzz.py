@@ -27,6 +27,7 @@ from django.db import close_old_connections
 from django.test import Client
 from hypothesis import strategies as st
 
+from automations.services import do_create_trigger
 from hermesweb.api import api as ninja_api
 from intents.models import IntentState, PendingIntent
 from runs import attachments
@@ -41,6 +42,7 @@ from tests.factories import (
     run_with_events,
 )
 from tests.support.api_objects import COLLECTIONS  # which object a path's `{id}` names
+from workspace.services import record_checkpoint, store_of
 
 # PostgreSQL only (bin/test's second pass): production's database, the stricter about what it
 # stores (NUL, integer ranges), and one pass keeps CI's time; SQLite's edges are in
@@ -152,6 +154,17 @@ def objects(token: str) -> dict[str, int]:
     upload = attachments.Upload("notes.txt", [b"plain text"], 10)
     attachment = attachments.do_upload_attachment(user, idle.pk, upload)
     RunnerFactory(agent_capabilities={"demo": {"session_capabilities": {"fork": {}}}})
+    # The workspace's objects: a file, and the finished run's start checkpoint of the tree as it is.
+    (Path(project.path) / "notes.txt").write_text("notes\n")
+    checkpoint = record_checkpoint(
+        run_id=finished.pk,
+        session_id=finished.session_id,
+        project_id=project.pk,
+        kind="start",
+        snapshot=store_of(project).snapshot(),
+    )
+    schedule = do_create_trigger(workflow, kind="schedule", cron="0 7 * * 1-5", timezone_name="UTC").trigger
+    webhook = do_create_trigger(workflow, kind="webhook", variables={"thing": "it"})
     ids = {
         "project": project.pk,
         "workflow": workflow.pk,
@@ -164,6 +177,11 @@ def objects(token: str) -> dict[str, int]:
         "attachment": attachment.pk,
         "idle_project": idle.project_id,
         "idle_session": idle.pk,
+        "finished_session": finished.session_id,
+        "checkpoint": checkpoint,
+        "trigger": schedule.pk,
+        "webhook": webhook.trigger.pk,
+        "secret": webhook.secret,  # type: ignore[dict-item]
     }
     REAL_IDS.clear()
     REAL_IDS.update({kind: pk for kind, pk in ids.items() if kind in COLLECTIONS.values()})
@@ -197,6 +215,7 @@ class Happy(NamedTuple):
     query: dict[str, Any] | None = None
     body: Any = None
     media_type: str = "application/json"
+    headers: dict[str, str] | None = None
 
 
 def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
@@ -256,6 +275,26 @@ def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
         "POST /api/intents/{id}/steer": Happy(intent, body={"run_id": o["run"]}),
         "POST /api/intents/{id}/stop-and-send": Happy(intent, body={}),
         "POST /api/tokens/revoke-all": Happy({}),
+        "GET /api/workflows/{id}/triggers": Happy({"id": o["workflow"]}),
+        "POST /api/workflows/{id}/triggers": Happy(
+            {"id": o["workflow"]},
+            body={"kind": "schedule", "cron": "30 6 * * *", "timezone": "Europe/Berlin"},
+        ),
+        "GET /api/workflows/{id}/firings": Happy({"id": o["workflow"]}),
+        "GET /api/triggers/{id}": Happy({"id": o["trigger"]}),
+        "PATCH /api/triggers/{id}": Happy({"id": o["trigger"]}, body={"enabled": False}),
+        "DELETE /api/triggers/{id}": Happy({"id": o["trigger"]}),
+        "POST /api/triggers/{id}/secret": Happy({"id": o["webhook"]}),
+        "POST /api/hooks/{secret}": Happy({"secret": o["secret"]}, body={"ref": "main"}),
+        "GET /api/runs/{id}/changes": Happy({"id": o["finished_run"]}),
+        "GET /api/sessions/{id}/changes": Happy({"id": o["finished_session"]}),
+        "POST /api/runs/{id}/rewind": Happy({"id": o["finished_run"]}, body={"client_id": "rewind-1"}),
+        "POST /api/checkpoints/{id}/restore": Happy({"id": o["checkpoint"]}, body={"client_id": "restore-1"}),
+        "GET /api/projects/{id}/files": Happy(project, {"path": ""}),
+        "GET /api/projects/{id}/files/content": Happy(project, {"path": "notes.txt"}),
+        "PUT /api/projects/{id}/files/content": Happy(
+            project, {"path": "created.txt"}, headers={"If-None-Match": "*"}
+        ),
     }
 
 
@@ -271,7 +310,8 @@ def test_each_operation_succeeds_as_documented_on_real_objects(
     case = schema[path][method].Case(
         path_parameters=happy.path, query=happy.query, body=happy.body, media_type=happy.media_type
     )
-    response = case.call_and_validate(headers={"Authorization": f"Bearer {token}"})
+    headers = {"Authorization": f"Bearer {token}", **(happy.headers or {})}
+    response = case.call_and_validate(headers=headers)
 
     assert 200 <= response.status_code < 300, (label, response.status_code, response.text[:300])
     TRIED[2] = TRIED.get(2, 0) + 1
