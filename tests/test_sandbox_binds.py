@@ -22,11 +22,11 @@ from typing import Any
 import pytest
 from django.conf import settings
 
+from projects.pathfd import UnsafePath, open_directory
 from runs.agents import AgentSpec
 from runs.models import RunStatus
 from runs.runner import sandbox
 from runs.runner.agents import ProjectPathRefused, place_agent
-from runs.runner.pathfd import UnsafePath, open_directory
 from tests import factories
 from tests.support import ptree
 from tests.support.procs import Proc, start_runner, wait_for

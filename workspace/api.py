@@ -15,7 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from ninja import Query, Router, Schema
 
 from hermesweb.auth import get_visible
-from hermesweb.errors import MAX_ID, ApiError, not_found
+from hermesweb.errors import MAX_ID, not_found
 from projects.models import Project, Session
 from runs.models import Run
 from workspace import fs, services
@@ -26,10 +26,6 @@ router = Router()
 
 # Served inline: images a browser renders without running anything (never SVG: it holds scripts).
 INLINE_IMAGES = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/avif"}
-
-
-def refused(exc: services.Refused) -> ApiError:
-    return ApiError(exc.status, exc.code, exc.message, exc.details)
 
 
 def changes_out(changes: services.Changes) -> ChangesOut:
@@ -46,20 +42,14 @@ def run_changes(request: HttpRequest, id: int) -> ChangesOut:
     """The project's files from the run's start to its end; to now (`complete: false`) while it
     runs or when it never ended. 409 `checkpoints_off` / `checkpoint_unavailable`."""
     run = get_visible(Run.objects.select_related("session__project"), request.auth, id, "run")
-    try:
-        return changes_out(services.run_changes(run))
-    except services.Refused as exc:
-        raise refused(exc) from None
+    return changes_out(services.run_changes(run))
 
 
 @router.get("/sessions/{id}/changes", response=ChangesOut, tags=["workspace"])
 def session_changes(request: HttpRequest, id: int) -> ChangesOut:
     """The project's files from before the session's first turn to the end of its last."""
     session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
-    try:
-        return changes_out(services.session_changes(session))
-    except services.Refused as exc:
-        raise refused(exc) from None
+    return changes_out(services.session_changes(session))
 
 
 @router.post("/runs/{id}/rewind", response=RestoredOut, tags=["workspace"])
@@ -76,8 +66,6 @@ def rewind_run(request: HttpRequest, id: int, payload: RewindIn) -> services.Res
         return services.do_rewind(request.auth, id, payload.client_id, payload.force)
     except Run.DoesNotExist:
         raise not_found("run") from None
-    except services.Refused as exc:
-        raise refused(exc) from None
 
 
 @router.post("/checkpoints/{id}/restore", response=RestoredOut, tags=["workspace"])
@@ -90,8 +78,6 @@ def restore_checkpoint(request: HttpRequest, id: int, payload: RewindIn) -> serv
         return services.do_restore(request.auth, id, payload.client_id, payload.force)
     except Checkpoint.DoesNotExist:
         raise not_found("checkpoint") from None
-    except services.Refused as exc:
-        raise refused(exc) from None
 
 
 # ---------------------------------------------------------------- files
@@ -126,8 +112,6 @@ def file_content(request: HttpRequest, id: int, query: Query[PathQuery]) -> Http
         data, etag = services.read_file(project, query.path)
     except (fs.Outside, OSError):
         raise not_found("path") from None
-    except services.Refused as exc:
-        raise refused(exc) from None
     name = PurePosixPath(query.path).name
     guessed = mimetypes.guess_type(name)[0] or ""
     if guessed in INLINE_IMAGES:
@@ -159,8 +143,6 @@ def save_file(request: HttpRequest, id: int, query: Query[PathQuery]) -> Any:
         )
     except (fs.Outside, OSError):
         raise not_found("path") from None
-    except services.Refused as exc:
-        raise refused(exc) from None
     response = HttpResponse(
         FileSavedOut(path=query.path, etag=etag, size=len(request.body)).model_dump_json(),
         content_type="application/json",

@@ -1,9 +1,9 @@
 """Paths inside a project, opened without following a symlink: the files API and the rewind.
 
-The same rule as the agent sandbox's binds (runs/runner/pathfd.py, which the web side may not
-import: tests/test_layers.py): the project is opened one component at a time from `/` with
-O_NOFOLLOW, and every path inside it from that descriptor the same way, so a symlink anywhere
-(one swapped in during the request included) is refused, never followed out of the project.
+The same rule as the agent sandbox's binds: projects/pathfd.py opens the project one component
+at a time from `/` with O_NOFOLLOW, and every path inside it is opened from that descriptor the
+same way, so a symlink anywhere (one swapped in during the request included) is refused, never
+followed out of the project.
 Callers turn `Outside` into a 404.
 """
 
@@ -14,6 +14,8 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
+
+from projects.pathfd import open_directory
 
 MAX_COMPONENTS = 256
 
@@ -34,24 +36,10 @@ def parts_of(relative: str) -> list[str]:
 
 def open_root(project_path: str | Path) -> int:
     """A descriptor on the project's directory, no component of its path a symlink."""
-    path = Path(project_path)
-    if not path.is_absolute():
-        raise Outside(f"{path} is not absolute")
-    fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        for part in path.parts[1:]:
-            if part in (".", ".."):
-                raise Outside(f"{path} has a {part!r} component")
-            try:
-                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-            except OSError as exc:
-                raise Outside(f"{path}: {part!r}: {exc.strerror}") from None
-            os.close(fd)
-            fd = child
-        return fd
-    except BaseException:
-        os.close(fd)
-        raise
+        return open_directory(Path(project_path))
+    except OSError as exc:  # UnsafePath, missing, unreadable: not a place to serve
+        raise Outside(f"{project_path}: {exc}") from None
 
 
 @contextlib.contextmanager

@@ -19,6 +19,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from projects.models import Project, Session
+from projects.refusals import Refused as BaseRefused
 from runs.models import Run
 from workspace import conf, fs
 from workspace.models import Checkpoint, CheckpointKind, ProjectCheckpoints
@@ -39,15 +40,8 @@ MAX_ENTRIES = 1000
 DIFF_TOTAL_MAX = 4 * 1024 * 1024
 
 
-class Refused(Exception):
-    """An action refused: the API answers `status` with `code` (and `details`)."""
-
-    def __init__(self, status: int, code: str, message: str, details: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.details = details
+class Refused(BaseRefused):
+    """A workspace action refused: the API's one handler answers `status` with `code`."""
 
 
 def store_of(project: Project) -> Store:

@@ -31,12 +31,12 @@ from pathlib import Path
 
 from django.conf import settings
 
+from projects.pathfd import give_tree, open_directory, open_file
 from runs import agents
 from runs.agents import DEBIAN_BWRAP, AgentSpec
 from runs.runner.account import AgentAccount, agent_account
 from runs.runner.netbridge import bridge_argv, proxy_env
 from runs.runner.netpolicy import NetworkPolicy, policy_for
-from runs.runner.pathfd import give_tree, open_directory, open_file
 
 # Variables of the runner's environment an agent gets; everything else (DATABASE_URL,
 # SECRET_KEY, REDIS_URL …) stays with the runner. The agent entry's own `env` comes on top.
