@@ -103,7 +103,20 @@ def list_files(request: HttpRequest, id: int, query: Query[PathQuery]) -> FileLi
     return FileListOut(path=path, entries=[FileEntryOut(**vars(e)) for e in entries], truncated=truncated)
 
 
-@router.get("/projects/{id}/files/content", tags=["workspace"], response={200: None})
+# Answers particular to a file's bytes, besides those every operation of its shape documents.
+TOO_LARGE = {413: {"description": "The file is larger than the files API serves (`file_too_large`)."}}
+PRECONDITIONS = {
+    412: {"description": "The file changed since it was read, or exists already (`stale_file`)."},
+    428: {"description": "Neither `If-Match` nor `If-None-Match: *` was sent (`precondition_required`)."},
+}
+
+
+@router.get(
+    "/projects/{id}/files/content",
+    tags=["workspace"],
+    response={200: None},
+    openapi_extra={"responses": TOO_LARGE},
+)
 def file_content(request: HttpRequest, id: int, query: Query[PathQuery]) -> HttpResponse:
     """The file's bytes with its `ETag`: text as text/plain, images inline, anything else as a
     download; never run by the browser (nosniff, a sandbox CSP)."""
@@ -128,7 +141,12 @@ def file_content(request: HttpRequest, id: int, query: Query[PathQuery]) -> Http
     return response
 
 
-@router.put("/projects/{id}/files/content", tags=["workspace"], response=FileSavedOut)
+@router.put(
+    "/projects/{id}/files/content",
+    tags=["workspace"],
+    response=FileSavedOut,
+    openapi_extra={"responses": {**TOO_LARGE, **PRECONDITIONS}},
+)
 def save_file(request: HttpRequest, id: int, query: Query[PathQuery]) -> Any:
     """Save the request's body as the file. `If-Match: <etag>` (412 `stale_file` when the file
     changed since), or `If-None-Match: *` to create one; neither: 428 `precondition_required`."""
