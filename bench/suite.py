@@ -37,6 +37,8 @@ BENCHMARKS = [
     ("security-cost", "security_cost.py", []),
     ("scale-out", "scale_out.py", []),
     ("transcript-page", "transcript_page.py", []),
+    ("fairness", "fairness.py", []),
+    ("warm", "warm.py", []),
 ]
 
 

@@ -20,6 +20,7 @@ from django.http import HttpRequest
 from django.utils import timezone
 
 from hermesweb.models import ApiToken
+from runs.usage import describe, user_usage
 
 admin.site.site_header = "hermesweb diagnostics"
 admin.site.site_title = "hermesweb diagnostics"
@@ -75,6 +76,12 @@ class UserWithTokensAdmin(UserAdmin):
     """Django's user admin, with revoking every API token of the selected users."""
 
     actions = ["revoke_api_tokens"]
+    list_display = [*UserAdmin.list_display, "usage_total"]
+
+    @admin.display(description="Usage (all sessions)")
+    def usage_total(self, obj: Any) -> str:
+        # Summed from the runs' recorded usage (runs/usage.py): a page of users, a query each.
+        return describe(user_usage(obj.pk))
 
     @admin.action(description="Revoke all API tokens of selected users", permissions=["revoke_tokens"])
     def revoke_api_tokens(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:

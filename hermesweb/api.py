@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest
 from django.utils import timezone
-from ninja import NinjaAPI, Router, Schema, Status
+from ninja import Field, NinjaAPI, Router, Schema, Status
 from ninja.openapi.schema import OpenAPISchema
 from ninja.parser import Parser
 from ninja.renderers import BaseRenderer
@@ -24,6 +24,7 @@ from ninja.responses import NinjaJSONEncoder
 
 from hermesweb.auth import api_auth, login_required_json
 from hermesweb.errors import ApiError, document_errors, has_nul, install_exception_handlers, not_found
+from runs.placement import PlacementHealth, placement_health
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +99,7 @@ api.add_router("", "runs.api.router")
 api.add_router("", "intents.api.router")
 api.add_router("", "workspace.api.router")
 api.add_router("", "automations.api.router")
+api.add_router("", "worktrees.api.router")
 api.add_router("", "hermesweb.tokens.router")
 
 
@@ -148,6 +150,7 @@ class HealthOut(Schema):
     runners: list[RunnerHealth]
     sandbox: SandboxHealth
     data_dir: DataDirHealth
+    placement: PlacementHealth | None = Field(None, description="Projects no live runner can serve.")
 
 
 def _database_health() -> DatabaseHealth:
@@ -247,6 +250,7 @@ def health(request: HttpRequest) -> Status[HealthOut]:
         runners=runners,
         sandbox=_sandbox_health(alive),
         data_dir=_data_dir_health(),
+        placement=placement_health(request.auth) if database.ok else None,
     )
     return Status(200 if ok else 503, body)
 

@@ -91,6 +91,7 @@ INSTALLED_APPS = [
     "intents",
     "workspace",
     "automations",
+    "worktrees",
 ]
 
 # The stock middleware, each declared sync-only: one thread hop per request instead of
@@ -254,6 +255,10 @@ if HERMESWEB_DEFAULT_AGENT not in HERMESWEB_AGENTS:
 HERMESWEB_LEASE_SECONDS = env_float("HERMESWEB_LEASE_SECONDS", 15.0, minimum=1.0)
 HERMESWEB_AGENT_IDLE_SECONDS = env_float("HERMESWEB_AGENT_IDLE_SECONDS", 600.0, minimum=1.0)
 HERMESWEB_RUNNER_POLL_SECONDS = env_float("HERMESWEB_RUNNER_POLL_SECONDS", 0.2, minimum=0.01)
+# Warm agents (docs/runner.md, "Warm-up and memory"): idle agents stopped past this much RSS per
+# runner (0: no budget), and a session's warm-up asked at most once per interval.
+HERMESWEB_AGENT_MEMORY_MB = env_int("HERMESWEB_AGENT_MEMORY_MB", 4096, minimum=0)
+HERMESWEB_WARM_INTERVAL_SECONDS = env_float("HERMESWEB_WARM_INTERVAL_SECONDS", 30.0, minimum=0.0)
 HERMESWEB_SHUTDOWN_GRACE_SECONDS = env_float("HERMESWEB_SHUTDOWN_GRACE_SECONDS", 20.0, minimum=0.0)
 # After session/cancel, how long an agent gets to end its turn before the runner retires it.
 HERMESWEB_CANCEL_GRACE_SECONDS = env_float("HERMESWEB_CANCEL_GRACE_SECONDS", 10.0, minimum=0.1)
@@ -263,6 +268,10 @@ HERMESWEB_COALESCE_MS = env_float("HERMESWEB_COALESCE_MS", 30.0, minimum=0.0)
 # database did not answer"), and the turn's idempotent updates (runs.runner.connections.retried).
 HERMESWEB_DB_RETRY_SECONDS = env_float("HERMESWEB_DB_RETRY_SECONDS", 60.0, minimum=0.0)
 HERMESWEB_MAX_RUNS_PER_RUNNER = env_int("HERMESWEB_MAX_RUNS_PER_RUNNER", 200, minimum=1)
+# Capacity (docs/runner.md, "Fairness" and "Placement"): a user's turns executing at once across
+# all runners; the labels this runner offers (`runner --labels` overrides), e.g. "host=build-1,gpu".
+HERMESWEB_MAX_ACTIVE_RUNS_PER_USER = env_int("HERMESWEB_MAX_ACTIVE_RUNS_PER_USER", 4, minimum=1)
+HERMESWEB_RUNNER_LABELS = env_str("HERMESWEB_RUNNER_LABELS", "")
 # A page costs the same request handling whatever its size, so large pages let the polling API
 # replay near the database's own pace (bench/README.md, replay).
 HERMESWEB_EVENTS_PAGE_MAX = env_int("HERMESWEB_EVENTS_PAGE_MAX", 5000, minimum=1)

@@ -56,7 +56,7 @@ def content_security_policy(*scripts: str) -> str:
 CONTENT_SECURITY_POLICY = content_security_policy()
 SIDEBAR_SESSIONS = 200
 # The workbench page's entry modules (templates/workbench.html): their imports are preloaded.
-ENTRY_MODULES = ("js/main.js", "js/fork.js")
+ENTRY_MODULES = ("js/main.js", "js/fork.js", "js/files.js", "js/worktree.js")
 FRAGMENT_RUNS_MAX = 500
 
 

@@ -29,8 +29,11 @@ from projects.schemas import (
     WorkflowPatch,
 )
 from runs import services as run_services
+from runs.capacity import waiting_of_session
 from runs.models import Run
 from runs.schemas import SubmitOut
+from runs.usage import session_usage
+from worktrees.services import do_create_worktree_session
 
 router = Router()
 
@@ -143,12 +146,15 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
         if session.project_id != workflow.project_id:
             raise ApiError(422, "wrong_project", "The session belongs to another project than the workflow.")
         session = services.do_apply_workflow_settings(session, workflow)
+    client_id = payload.client_id or uuid.uuid4().hex
     try:
+        if payload.worktree and session is None:
+            session = launched_in_worktree(workflow, payload, client_id)
         result = run_services.do_launch_workflow(
             workflow,
             session=session,
             variables=payload.variables,
-            client_id=payload.client_id or uuid.uuid4().hex,
+            client_id=client_id,
         )
     except KeyError as exc:
         missing = str(exc.args[0]) if exc.args else ""
@@ -161,6 +167,18 @@ def launch_workflow(request: HttpRequest, id: int, payload: LaunchIn) -> Status[
     except ValueError as exc:
         raise ApiError(422, "invalid_template", f"The workflow's template cannot render: {exc}") from None
     return Status(202, SubmitOut.from_result(result))
+
+
+def launched_in_worktree(workflow: Workflow, payload: LaunchIn, client_id: str) -> Session:
+    """A launch's new session in its own worktree (docs/worktrees.md); the one a repeated
+    `client_id` made before. The template's refusals come first: nothing is written then."""
+    again = Session.objects.filter(project=workflow.project, runs__client_id=client_id).first()
+    if again is not None:
+        return again
+    workflow.render(payload.variables)
+    branch, base = payload.branch, payload.base
+    made = do_create_worktree_session(workflow.project, title=workflow.name, branch=branch, base=base)
+    return services.do_apply_workflow_settings(made, workflow)
 
 
 # ---------------------------------------------------------------- sessions
@@ -182,14 +200,25 @@ def list_sessions(request: HttpRequest, id: int, filters: Query[SessionFilter]) 
 @router.post("/projects/{id}/sessions", response={201: SessionOut}, tags=["sessions"])
 def create_session(request: HttpRequest, id: int, payload: SessionIn) -> Status[Session]:
     """An empty session. 409 `project_archived` in an archived project, `too_many_sessions` past
-    HERMESWEB_MAX_SESSIONS_PER_USER."""
+    HERMESWEB_MAX_SESSIONS_PER_USER.
+
+    With `worktree: true` it works in a git worktree of its own on a new `branch` from `base`
+    (docs/worktrees.md): 422 `not_a_git_repository`, `invalid_branch`, `invalid_base`; 409
+    `branch_exists`."""
     project = get_visible(Project.objects, request.auth, id, "project")
+    if payload.worktree:
+        branch, base = payload.branch, payload.base
+        return Status(201, do_create_worktree_session(project, title=payload.title, branch=branch, base=base))
     return Status(201, services.do_create_session(project, title=payload.title))
 
 
 @router.get("/sessions/{id}", response=SessionOut, tags=["sessions"])
 def get_session(request: HttpRequest, id: int) -> Session:
-    return get_visible(with_active_run(Session.objects.all()), request.auth, id, "session")
+    """One session, with its `usage` totals (runs/usage.py)."""
+    session = get_visible(with_active_run(Session.objects.all()), request.auth, id, "session")
+    session.usage_total = session_usage(session.pk)  # type: ignore[attr-defined]
+    session.waiting = waiting_of_session(session)  # type: ignore[attr-defined]
+    return session
 
 
 @router.patch("/sessions/{id}", response=SessionOut, tags=["sessions"])
@@ -202,7 +231,9 @@ def update_session(request: HttpRequest, id: int, payload: SessionPatch) -> Sess
     is free text (at most 200 characters; `models` lists the agent's suggestions): an id the
     agent refuses fails the next turn with `model_refused`. Both are sent to the agent
     (`session/set_mode`, `session/set_model`) before the session's next turn, never into a turn
-    already running, and show on that turn's `run.started`; "" clears the choice.
+    already running, and show on that turn's `run.started`; "" clears the choice. `config` chooses
+    among the session's `config_options` likewise (session/set_config_option; 422
+    `unknown_config_option` / `invalid_config_value`; docs/agents.md, "Config options").
     """
     session = get_visible(Session.objects, request.auth, id, "session")
     return services.do_update_session(session, **changes(payload))

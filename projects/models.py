@@ -45,6 +45,8 @@ class Project(models.Model):
     )
     # Archived: out of the default lists, and its sessions take no new messages (runs.services).
     status = models.CharField(max_length=20, choices=ProjectStatus.choices, default=ProjectStatus.ACTIVE)
+    # Labels a runner must offer to run its turns (runs.placement), e.g. ["host=build-1"].
+    required_labels = models.JSONField(default=list, blank=True)
     # No index of its own: the unique (owner, slug) leads with it.
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="projects", db_index=False
@@ -145,6 +147,10 @@ class Session(models.Model):
     available_models = models.JSONField(
         default=list, blank=True, help_text="Models the agent reported: [{id, name}]."
     )
+    # The agent's `configOptions` as last reported (projects/session_options.py's shape), and the
+    # user's choices among them {option id: value}, applied before each turn (issue 44).
+    config_options = models.JSONField(default=list, blank=True, help_text="The agent's config options.")
+    config = models.JSONField(default=dict, blank=True, help_text="Chosen config values by option id.")
     forked_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="forks", db_index=False
     )

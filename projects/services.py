@@ -19,6 +19,8 @@ from projects.models import Project, ProjectStatus, RunningDefault, Session, Ses
 from projects.paths import PathRefused, validate_project_location
 from projects.prompts import TemplateLimit
 from projects.refusals import Refused
+from projects.session_options import clean_config
+from runs.labels import LabelError, parse_labels
 
 _SLUG_MAX = 200
 _SLUG_ATTEMPTS = 5
@@ -60,6 +62,14 @@ def clean_agent(name: str | None) -> str:
         known = ", ".join(sorted(settings.HERMESWEB_AGENTS))
         raise InvalidInput("unknown_agent", f"Unknown agent {name!r}; configured agents: {known}.", "agent")
     return name
+
+
+def clean_labels(raw: list[str]) -> list[str]:
+    """A project's required runner labels (runs.labels): `word` or `key=value`, sorted, unique."""
+    try:
+        return list(parse_labels(raw))
+    except LabelError as exc:
+        raise InvalidInput("invalid_labels", str(exc), "required_labels") from None
 
 
 def clean_running_default(value: str) -> str:
@@ -152,7 +162,13 @@ def unique_slug(owner: Any, name: str) -> str:
 
 
 def do_create_project(
-    owner: Any, *, name: str, path: str, agent: str | None = None, running_default: str = RunningDefault.QUEUE
+    owner: Any,
+    *,
+    name: str,
+    path: str,
+    agent: str | None = None,
+    running_default: str = RunningDefault.QUEUE,
+    required_labels: list[str] | None = None,
 ) -> Project:
     """Create a project owned by `owner` with a slug unique among the owner's projects.
 
@@ -166,6 +182,7 @@ def do_create_project(
         "path": clean_path(path, owner_id=owner.pk),
         "agent": clean_agent(agent),
         "running_default": clean_running_default(running_default),
+        "required_labels": clean_labels(required_labels or []),
     }
     for _ in range(_SLUG_ATTEMPTS):
         try:
@@ -186,6 +203,7 @@ def do_update_project(
     agent: str | None = None,
     running_default: str | None = None,
     status: str | None = None,
+    required_labels: list[str] | None = None,
 ) -> Project:
     """Change the given fields; None leaves a field as it is. The slug stays stable.
 
@@ -204,6 +222,8 @@ def do_update_project(
         project.running_default = clean_running_default(running_default)
     if status is not None:
         project.status = clean_status(status, ProjectStatus.values)
+    if required_labels is not None:  # queued turns wait for a runner that offers them
+        project.required_labels = clean_labels(required_labels)
     project.save()
     return project
 
@@ -302,12 +322,15 @@ def do_update_session(
     status: str | None = None,
     mode: str | None = None,
     model: str | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Session:
     """Rename, archive or restore; choose the agent's mode or model for the next turns.
 
     An archived session refuses new messages; a run in progress finishes. `mode` must be one of
     the modes the agent reported for the session (InvalidInput `unknown_mode`, also while it has
-    reported none); `model` is free (the agent refuses a model it cannot serve, on the turn).
+    reported none); `model` is free (the agent refuses a model it cannot serve, on the turn);
+    `config` is merged into the session's config choices (ConfigRefused `unknown_config_option` /
+    `invalid_config_value`: projects/session_options.py).
     Either applies before the session's next turn (runs/runner/session_config.py), never to a
     turn already running; "" clears the choice. A change of status, title, mode or model reaches
     the session's open sockets (their composers lock or unlock, their pickers follow).
@@ -328,8 +351,13 @@ def do_update_session(
     if model is not None:
         session.model = clean_model(model)
         fields.append("model")
-    # Only what changed: the runner writes the agent's modes, title and commands meanwhile.
-    session.save(update_fields=[*fields, "updated_at"])
+    with transaction.atomic():
+        if config is not None:  # merged with the row's choices under its lock: two tabs' both count
+            row = Session.objects.select_for_update().values("config", "config_options").get(pk=session.pk)
+            session.config = clean_config(config, row["config_options"] or [], row["config"] or {})
+            fields.append("config")
+        # Only what changed: the runner writes the agent's modes, title and commands meanwhile.
+        session.save(update_fields=[*fields, "updated_at"])
     if changed or fields:  # a title too: the owner's other tabs show it
         notify.publish_on_commit(notify.publish_session_changed, session.pk)
     return session

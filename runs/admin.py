@@ -28,6 +28,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.timesince import timesince
 
 from hermesweb.admin import ReadOnlyMixin
+from runs import placement
 from runs.export import item_markdown
 from runs.markdown import render_markdown
 from runs.models import AgentJob, Attachment, Control, JournalEvent, Run, Runner, RunStatus
@@ -331,7 +332,17 @@ class AliveFilter(admin.SimpleListFilter):
 
 @admin.register(Runner)
 class RunnerAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["id", "host", "pid", "is_alive", "heartbeat", "held_runs", "started_at", "stopped_at"]
+    list_display = [
+        "id",
+        "host",
+        "pid",
+        "is_alive",
+        "heartbeat",
+        "held_runs",
+        "labels",
+        "serves",
+        "stopped_at",
+    ]
     list_filter = [AliveFilter, "host"]
     search_fields = ["id", "host"]
     fields = [
@@ -343,9 +354,17 @@ class RunnerAdmin(ReadOnlyMixin, admin.ModelAdmin):
         "heartbeat",
         "stopped_at",
         "held_runs",
+        "labels",
+        "roots",
+        "serves",
         "capabilities",
     ]
-    readonly_fields = ["is_alive", "heartbeat", "held_runs", "capabilities"]
+    readonly_fields = ["is_alive", "heartbeat", "held_runs", "serves", "capabilities"]
+
+    @admin.display(description="can serve")
+    def serves(self, obj: Runner) -> str:
+        """The projects whose turns this runner may take (runs.placement): its labels and roots."""
+        return placement.served_projects_text(obj)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Runner]:
         held = (

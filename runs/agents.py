@@ -22,6 +22,9 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
+from runs import agent_homes
+from runs.labels import LabelError, parse_labels
+
 
 @dataclass(frozen=True)
 class AgentSpec:
@@ -42,6 +45,8 @@ class AgentSpec:
     # addresses only; "all" the host's network, unfiltered (unsafe); else the listed
     # "host[:port]" entries only, () being no network at all.
     network: str | tuple[str, ...] | None = None
+    # Runner labels its turns need (runs.placement), besides their project's: ("gpu",).
+    labels: tuple[str, ...] = ()
 
     def resolved_command(self) -> str | None:
         if os.path.isabs(self.command):
@@ -126,13 +131,18 @@ SLASH_STEER_AGENTS = frozenset({"hermes-agent"})
 def detected_steer(agent_name: str | None, meta: dict[str, Any], command_names: Iterable[str] = ()) -> str:
     """How an agent configured with `steer = "auto"` takes steer, from what it told us (docs/agents.md).
 
-    The signals: initialize's `_meta` (`steer: "slash"`, or a `session/steering` extension),
+    The signals: initialize's `_meta` (`steer: "slash"`, a `session/steering` extension, or
+    `steering.supported`),
     `agentInfo.name` (Hermes names itself `hermes-agent`), and a `steer` command among the
     session's `available_commands_update`. "none" when none of them says so.
     """
     if meta.get("steer") == "slash" or agent_name in SLASH_STEER_AGENTS or "steer" in set(command_names):
         return "slash"
+    steering = meta.get("steering")
+    # codex-acp and claude-agent-acp: `_meta.steering.supported`, the ACP steering extension's flag.
     if "_session/steering" in meta or "session/steering" in meta:
+        return "extension"
+    if isinstance(steering, dict) and steering.get("supported") is True:
         return "extension"
     return "none"
 
@@ -160,6 +170,8 @@ def builtin_agents(data_dir: Path | None = None) -> dict[str, dict[str, Any]]:
             "cumulative_usage": True,
             "steer": "slash",
         },
+        # Codex and Claude (bin/setup-agents; runs/agent_homes.py: their per-user homes).
+        **agent_homes.builtin_entries(Path(__file__).resolve().parent.parent),
     }
 
 
@@ -205,7 +217,15 @@ def _spec(name: str, raw: Any, source: str) -> AgentSpec:
         steer=steer,
         sandbox=sandbox,
         network=network,
+        labels=_labels(name, raw.get("labels", []), source),
     )
+
+
+def _labels(name: str, raw: Any, source: str) -> tuple[str, ...]:
+    try:
+        return parse_labels(raw)
+    except LabelError as exc:
+        raise ImproperlyConfigured(f"{source}: agent {name!r} 'labels': {exc}") from None
 
 
 def load_agents(

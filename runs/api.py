@@ -20,10 +20,21 @@ from hermesweb.errors import MAX_ID, ApiError, ErrorOut, not_found
 from intents.previews import open_previews
 from projects.models import Project, Session
 from projects.schemas import SessionOut
-from runs import attachments, controls, discovery, export, fork, journal, search, transcript_pages
+from runs import (
+    agent_catalog,
+    attachments,
+    controls,
+    discovery,
+    export,
+    fork,
+    journal,
+    search,
+    transcript_pages,
+)
 from runs import services as run_services
 from runs.models import AgentJob, AgentJobKind, AgentJobState, Attachment, Run
 from runs.schemas import (
+    AgentOut,
     ApprovalIn,
     AttachmentOut,
     ClarifyIn,
@@ -41,7 +52,9 @@ from runs.schemas import (
     SubmitOut,
     TranscriptOut,
     TurnOut,
+    WarmOut,
 )
+from runs.warm_requests import do_request_warm
 
 router = Router()
 
@@ -77,6 +90,7 @@ def submit_message(request: HttpRequest, id: int, payload: MessageIn) -> Status[
             text=payload.text,
             mode=payload.mode,
             attachments=payload.attachments,
+            mentions=payload.mentions,
         )
     except Session.DoesNotExist:
         raise not_found("session") from None
@@ -100,6 +114,17 @@ def fork_session(request: HttpRequest, id: int) -> Status[Session]:
     except Session.DoesNotExist:
         raise not_found("session") from None
     return Status(201, forked)
+
+
+@router.post("/sessions/{id}/warm", response={202: WarmOut}, tags=["sessions"])
+def warm_session(request: HttpRequest, id: int) -> Status[WarmOut]:
+    """Ask a runner to start this session's agent before its next turn (opening it, typing in it).
+
+    A hint: at most one per session per HERMESWEB_WARM_INTERVAL_SECONDS; `requested: false` says why not.
+    """
+    session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
+    answer = do_request_warm(session)
+    return Status(202, WarmOut(requested=answer.requested, reason=answer.reason))
 
 
 def turn_out(turn: transcript_pages.PagedTurn) -> TurnOut:
@@ -455,6 +480,13 @@ def upload_attachment(request: HttpRequest, id: int, file: File[UploadedFile]) -
     except Session.DoesNotExist:
         raise not_found("session") from None
     return Status(201, AttachmentOut(**stored.described()))
+
+
+@router.get("/agents", response=list[AgentOut], tags=["agents"])
+def list_agents(request: HttpRequest) -> list[agent_catalog.AgentEntry]:
+    """The operator's configured agents: whether each can start here (and why not), its sandbox,
+    and the capabilities its last `initialize` reported (runs/agent_catalog.py)."""
+    return agent_catalog.list_agents()
 
 
 @router.get("/attachments/{id}/content", tags=["sessions"], response={200: None})

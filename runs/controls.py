@@ -17,6 +17,7 @@ from intents.models import PendingIntent
 from projects.models import Session
 from projects.refusals import Refused
 from runs import journal, notify
+from runs.capacity import waiting_of_run
 from runs.journal.payloads import ApprovalRequested, Done
 from runs.models import (
     Control,
@@ -238,6 +239,7 @@ def run_status(run: Run) -> dict[str, Any]:
         "error": run.error or None,
         "usage": run.usage or {},
         "network_refused": run.network_refused,
+        "waiting": waiting_of_run(run),
         "created_at": run.created_at,
         "started_at": run.started_at,
         "finished_at": run.finished_at,

@@ -18,7 +18,7 @@ from asgiref.sync import sync_to_async
 from intents.models import PendingIntent
 from intents.services import intent_dict
 from projects.models import Session
-from runs.models import JournalEvent, Run
+from runs.models import JournalEvent, Run, RunSource
 from runs.transcript import materialize
 
 JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
@@ -30,7 +30,10 @@ def run_turn(run: Run) -> dict[str, Any]:
         "run_id": run.pk,
         "status": run.status,
         "source": run.source,
-        "prompt": {"text": run.prompt_text, "attachments": run.attachments},
+        # A rewind or restore (a `workspace` run) was nobody's prompt: its item says what it did.
+        "prompt": None
+        if run.source == RunSource.WORKSPACE
+        else {"text": run.prompt_text, "attachments": run.attachments},
         "created_at": run.created_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "stop_reason": run.stop_reason or None,
@@ -128,7 +131,21 @@ def item_markdown(item: dict[str, Any]) -> str:
         return f"*Steer:* {item['text']}"
     if kind == "error":
         return f"**Error** ({item.get('code')}): {item.get('message')}"
+    if kind == "files_restored":
+        return files_restored_line(item)
     return ""
+
+
+def files_restored_line(item: dict[str, Any]) -> str:
+    """A rewind's or restore's words, as the transcript shows them (static/js/changes.js)."""
+    count = item.get("count", len(item.get("paths") or []))
+    files = f"{count} file{'' if count == 1 else 's'}"
+    if item.get("action") == "rewind":
+        where = f"turn {item['turn']}" if item.get("turn") else "a turn"
+        return f"*Files restored to before {where} — {files}*"
+    if item.get("undid"):
+        return f"*Rewind undone — {files} put back*"
+    return f"*Files restored — {files}*"
 
 
 def markdown_chunks(session: Session) -> Iterator[bytes]:
@@ -149,6 +166,9 @@ def markdown_chunks(session: Session) -> Iterator[bytes]:
 
 
 def turn_markdown(turn: dict[str, Any]) -> str:
+    if turn["prompt"] is None:  # a rewind or restore: its one line, no prompt nor answer
+        items = [item_markdown(item) for item in turn["state"]["items"]]
+        return "\n".join(["", "---", "", *[text for text in items if text], ""])
     lines = ["", "---", "", f"## You ({turn['created_at']})", "", turn["prompt"]["text"], "", "## Agent", ""]
     for item in turn["state"]["items"]:
         rendered = item_markdown(item)

@@ -89,6 +89,9 @@ def do_fork_session(user: Any, session_id: int) -> Session:
             commands=parent.commands,
             available_modes=parent.available_modes,
             available_models=parent.available_models,
+            # The user's config choices carry over; the agent's fork answer refreshes the options.
+            config_options=parent.config_options,
+            config=parent.config,
             forked_from=parent,
             fork_agent_session_id=source,
         )
@@ -114,13 +117,19 @@ def _copy_run(run: Run, fork: Session) -> Run:
     parent run was compacted (then 1..M, the same transcript).
     """
     now = timezone.now()
+    # A rewind or restore stays what it is (no prompt, not a turn: docs/workspace.md).
+    workspace = run.source == RunSource.WORKSPACE
     copy = Run.objects.create(
         session=fork,
         client_id=f"fork-{run.pk}",
         prompt_text=run.prompt_text,
         attachments=run.attachments,
-        source=RunSource.IMPORT,
-        source_meta={"forked_from_run": run.pk, "forked_from_session": run.session_id},
+        source=RunSource.WORKSPACE if workspace else RunSource.IMPORT,
+        source_meta={
+            **(run.source_meta if workspace else {}),
+            "forked_from_run": run.pk,
+            "forked_from_session": run.session_id,
+        },
         status=RunStatus.RUNNING,
         created_at=now,
         started_at=now,

@@ -47,6 +47,7 @@ class RunSource(models.TextChoices):
     STOP_AND_SEND = "stop_and_send"
     LEFTOVER_STEER = "leftover_steer"
     IMPORT = "import"  # a turn of an agent session's history, imported by discovery
+    WORKSPACE = "workspace"  # files rewound or restored: journaled, never run (docs/workspace.md)
 
 
 class RunQuerySet(models.QuerySet["Run"]):
@@ -150,7 +151,9 @@ class EventType(models.TextChoices):
     TITLE_UPDATED = "title.updated"
     USAGE_UPDATED = "usage.updated"
     USAGE_FINAL = "usage.final"
+    TERMINAL_OUTPUT = "terminal.output"
     ERROR = "error"
+    FILES_RESTORED = "files.restored"
     DONE = "done"
 
 
@@ -281,6 +284,9 @@ class Runner(models.Model):
     heartbeat_at = models.DateTimeField(default=timezone.now)
     stopped_at = models.DateTimeField(null=True, blank=True)
     agent_capabilities = models.JSONField(default=dict, blank=True, help_text="initialize results by agent.")
+    # What it can serve (runs.placement): its labels ("host=build-1", "gpu") and project roots.
+    labels = models.JSONField(default=list, blank=True)
+    roots = models.JSONField(default=list, blank=True)
 
     objects = RunnerQuerySet.as_manager()
 
@@ -289,6 +295,19 @@ class Runner(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class AgentReport(models.Model):
+    """What an agent's last `initialize` told a runner: GET /api/agents (runs/agent_catalog.py)."""
+
+    agent = models.CharField(max_length=100, unique=True)
+    agent_info = models.JSONField(default=dict, blank=True)
+    capabilities = models.JSONField(default=dict, blank=True)
+    runner_id = models.CharField(max_length=100, blank=True)
+    reported_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.agent
 
 
 class AgentJobKind(models.TextChoices):
@@ -397,3 +416,17 @@ class Attachment(models.Model):
     def described(self) -> dict[str, Any]:
         """What a run stores and the API answers: no path, no hash."""
         return {"id": self.pk, "name": self.name, "mime_type": self.mime_type, "size": self.size}
+
+
+class WarmRequest(models.Model):
+    """A session's page was opened or typed in: a runner may start its agent before the turn.
+
+    A hint (docs/runner.md, "Warm-up and memory"): one row per session, taken (deleted) by the
+    runner that warms it; a stale one is dropped unread, and no turn ever waits for it.
+    """
+
+    session = models.OneToOneField(Session, primary_key=True, on_delete=models.CASCADE, related_name="+")
+    requested_at = models.DateTimeField(default=timezone.now, db_index=True)
+
+    def __str__(self) -> str:
+        return f"warm session {self.session_id}"

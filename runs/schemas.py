@@ -9,6 +9,7 @@ from ninja import Field, Schema
 from pydantic import StringConstraints
 
 from intents.schemas import MAX_ID, BodyInt, IntentPreviewOut
+from projects.schemas import WaitingOut
 
 ClientId = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 MessageText = Annotated[str, StringConstraints(min_length=1, max_length=1_000_000)]
@@ -37,6 +38,12 @@ class MessageIn(Schema):
         None,
         max_length=MAX_MESSAGE_ATTACHMENTS,
         description="Ids of this session's uploads (`POST /sessions/{id}/attachments`), sent with the text.",
+    )
+    mentions: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] | None = Field(
+        None,
+        max_length=20,
+        description="Project-relative paths the text `@`-mentions: sent to the agent as resource links "
+        "(small text files embedded when it takes them), stored beside the attachments (docs/workspace.md).",
     )
 
 
@@ -104,6 +111,7 @@ class RunStatusOut(Schema):
     network_refused: int = Field(
         0, description="Connections its network policy refused the agent in the run."
     )
+    waiting: WaitingOut | None = Field(None, description="Why it is still queued (runs/capacity.py).")
 
 
 ControlTarget = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -124,6 +132,15 @@ class GoalIn(Schema):
         description="set | pause | resume | clear | status | edit"
     )
     text: Annotated[str, StringConstraints(max_length=100_000)] | None = None
+
+
+class WarmOut(Schema):
+    """A warm-up asked of the runners (runs/warm_requests.py): a hint, never a turn's condition."""
+
+    requested: bool
+    reason: Literal["requested", "recent", "busy", "archived"] = Field(
+        description="requested | recent (asked within the interval) | busy (a turn has the agent) | archived"
+    )
 
 
 class ControlResultOut(Schema):
@@ -250,3 +267,20 @@ class SearchPageOut(Schema):
     total: int = Field(description="Hits on all pages.")
     has_next: bool
     hits: list[SearchHitOut] = Field(description="Best first; ties: the newest first.")
+
+
+class AgentOut(Schema):
+    """One of the operator's configured agents (runs/agent_catalog.py)."""
+
+    name: str = Field(description="The id a project's `agent` names.")
+    label: str = Field(description="What people call it: the agent's own title once it reported one.")
+    default: bool = Field(description="The operator's default agent (a project given none gets it).")
+    can_start: bool = Field(description="Whether a runner here could start it now.")
+    why_not: str = Field(description="Why it cannot start (its command missing, the sandbox it requires…).")
+    sandbox: str = Field(description='Where it would run: "bubblewrap" or "none"; "" if it cannot start.')
+    sandbox_setting: str = Field(description='Its entry\'s `sandbox`: "auto", "required" or "none".')
+    capabilities: dict[str, Any] = Field(
+        description="`agentCapabilities` from its last initialize (empty: no runner started it yet)."
+    )
+    agent_info: dict[str, Any] = Field(description="`agentInfo` from that initialize: name, title, version.")
+    reported_at: datetime | None = Field(description="When a runner last initialized it.")

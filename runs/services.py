@@ -25,6 +25,7 @@ from runs import notify
 from runs.attachments import describe_for_message
 from runs.messages import NewMessage
 from runs.models import ACTIVE_STATUSES, Attachment, Run, RunSource
+from workspace.mentions import describe_mentions
 
 MESSAGE_MODES = ("auto", "queue", "steer")
 STEER_WITH_FILES = {
@@ -153,6 +154,7 @@ def do_submit_message_as(
     mode: str = "auto",
     attachments: Sequence[int] | None = None,
     guard: Guard | None = None,
+    mentions: Sequence[str] | None = None,
 ) -> SubmitResult:
     """do_submit_message from the composer, to a session `user` may see (else Session.DoesNotExist).
 
@@ -168,6 +170,8 @@ def do_submit_message_as(
             described = describe_for_message(user, session_id, attachments)
         except Attachment.DoesNotExist:
             raise SubmitRefused("not_found", "No such attachment.") from None
+    if mentions:  # `@` paths ride with the uploads (workspace/mentions.py): as durable, as idempotent
+        described += describe_mentions(mentions)
     return _submit(session_id, user, NewMessage(client_id, text, mode, tuple(described)), guard)
 
 

@@ -207,10 +207,18 @@ def apply_event(state: dict[str, Any], event: JournalEvent | dict[str, Any]) -> 
         state["usage"] = {**state["usage"], **cast(payloads.UsageUpdated, payload)}
     elif kind == EventType.USAGE_FINAL:
         state["usage_final"] = cast(payloads.UsageFinal, payload)
+    elif kind == EventType.TERMINAL_OUTPUT:
+        printed = cast(payloads.TerminalOutput, payload)
+        terminal_id = printed.get("terminal_id", "")
+        # An ACP terminal's id → what it printed (its tool card shows it); made by the first.
+        terminals = state.setdefault("terminals", {})
+        terminals[terminal_id] = terminals.get(terminal_id, "") + printed.get("delta", "")
     elif kind == EventType.ERROR:
         error = cast(payloads.Error, payload)
         state["errors"].append(error)
         items.append({"kind": "error", **error})
+    elif kind == EventType.FILES_RESTORED:
+        items.append({"kind": "files_restored", **cast(payloads.FilesRestored, payload)})
     elif kind in (EventType.STATUS, EventType.RUN_STARTED):
         status = cast("payloads.Status | payloads.RunStarted", payload)
         if status.get("status"):

@@ -35,6 +35,7 @@ from runs.models import AgentJob, AgentJobKind, Run, RunStatus
 from tests.factories import (
     ApiToken,
     PendingIntentFactory,
+    ProjectFactory,
     RunnerFactory,
     SessionFactory,
     UserFactory,
@@ -42,7 +43,9 @@ from tests.factories import (
     run_with_events,
 )
 from tests.support.api_objects import COLLECTIONS  # which object a path's `{id}` names
+from tests.support.worktrees import made, make_repo
 from workspace.services import record_checkpoint, store_of
+from worktrees.services import do_create_worktree_session
 
 # PostgreSQL only (bin/test's second pass): production's database, the stricter about what it
 # stores (NUL, integer ranges), and one pass keeps CI's time; SQLite's edges are in
@@ -165,6 +168,13 @@ def objects(token: str) -> dict[str, int]:
     )
     schedule = do_create_trigger(workflow, kind="schedule", cron="0 7 * * 1-5", timezone_name="UTC").trigger
     webhook = do_create_trigger(workflow, kind="webhook", variables={"thing": "it"})
+    # Two sessions in worktrees of a git project (docs/worktrees.md): one to merge, one to discard.
+    git_project = ProjectFactory(owner=user)
+    make_repo(git_project.path)
+    (Path(git_project.path) / "fuzz.txt").write_text("fuzz\n")
+    in_worktree = [do_create_worktree_session(git_project, title="", branch="", base="") for _ in "md"]
+    for worktree_session in in_worktree:
+        made(worktree_session.pk)
     ids = {
         "project": project.pk,
         "workflow": workflow.pk,
@@ -182,6 +192,9 @@ def objects(token: str) -> dict[str, int]:
         "trigger": schedule.pk,
         "webhook": webhook.trigger.pk,
         "secret": webhook.secret,  # type: ignore[dict-item]
+        "merge_session": in_worktree[0].pk,
+        "discard_session": in_worktree[1].pk,
+        "git_project": git_project.pk,  # with fuzz.txt to commit (the files panel's git commit)
     }
     REAL_IDS.clear()
     REAL_IDS.update({kind: pk for kind, pk in ids.items() if kind in COLLECTIONS.values()})
@@ -227,6 +240,7 @@ def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
     new_dir.mkdir(exist_ok=True)
     return {
         "GET /api/health": Happy({}),
+        "GET /api/agents": Happy({}),
         "GET /api/projects": Happy({}, {"include_archived": True}),
         "POST /api/projects": Happy({}, body={"name": "New ‮ project", "path": str(new_dir)}),
         "GET /api/projects/{id}": Happy(project),
@@ -245,6 +259,11 @@ def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
         "DELETE /api/sessions/{id}": Happy(idle),
         "POST /api/sessions/{id}/messages": Happy(session, body={"client_id": "c1", "text": "next"}),
         "POST /api/sessions/{id}/fork": Happy(idle),
+        "POST /api/sessions/{id}/warm": Happy(session),
+        "POST /api/sessions/{id}/worktree/merge": Happy(
+            {"id": o["merge_session"]}, body={"strategy": "squash", "message": "m", "client_id": "c1"}
+        ),
+        "DELETE /api/sessions/{id}/worktree": Happy({"id": o["discard_session"]}, {"delete_branch": True}),
         "GET /api/sessions/{id}/transcript": Happy(session, {"limit": 5}),
         "GET /api/runs/{id}": Happy(run),
         "GET /api/runs/{id}/events": Happy(run, {"after_seq": 1, "limit": 10}),
@@ -288,12 +307,23 @@ def happy_requests(o: dict[str, int], allowed_root: Path) -> dict[str, Happy]:
         "POST /api/hooks/{secret}": Happy({"secret": o["secret"]}, body={"ref": "main"}),
         "GET /api/runs/{id}/changes": Happy({"id": o["finished_run"]}),
         "GET /api/sessions/{id}/changes": Happy({"id": o["finished_session"]}),
+        "GET /api/sessions/{id}/changes/summary": Happy(
+            {"id": o["finished_session"]}, {"runs": str(o["finished_run"])}
+        ),
+        "GET /api/runs/{id}/changes/lines": Happy({"id": o["finished_run"]}, {"path": "notes.txt"}),
+        "GET /api/sessions/{id}/changes/lines": Happy({"id": o["finished_session"]}, {"path": "notes.txt"}),
         "POST /api/runs/{id}/rewind": Happy({"id": o["finished_run"]}, body={"client_id": "rewind-1"}),
         "POST /api/checkpoints/{id}/restore": Happy({"id": o["checkpoint"]}, body={"client_id": "restore-1"}),
         "GET /api/projects/{id}/files": Happy(project, {"path": ""}),
         "GET /api/projects/{id}/files/content": Happy(project, {"path": "notes.txt"}),
         "PUT /api/projects/{id}/files/content": Happy(
             project, {"path": "created.txt"}, headers={"If-None-Match": "*"}
+        ),
+        "GET /api/projects/{id}/files/search": Happy(project, {"q": "notes"}),
+        "GET /api/projects/{id}/git": Happy(project),
+        "POST /api/projects/{id}/git/commit": Happy(
+            {"id": o["git_project"]},
+            body={"client_id": "commit-1", "message": "Fuzzed", "paths": ["fuzz.txt"]},
         ),
     }
 

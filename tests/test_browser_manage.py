@@ -87,13 +87,11 @@ def test_edit_a_project(workbench: Workbench, session: Any) -> None:
     open_session(page, session.pk)
     page.get_by_role("button", name="Edit project Demo project").click()
     dialog = page.get_by_role("dialog", name="Project “Demo project”")
-    # An agent the operator has not configured is refused, and said so.
-    dialog.get_by_label("Agent (configured by the operator)").fill("no-such-agent")
-    dialog.get_by_role("button", name="Save").click()
-    dialog.get_by_role("alert").filter(has_text=re.compile(r"\S")).wait_for()
-    assert Project.objects.get(pk=session.project.pk).agent == "demo"
-
-    dialog.get_by_label("Agent (configured by the operator)").fill("demo")
+    # The agent is picked from the operator's agents (GET /api/agents), by their labels.
+    picker = dialog.get_by_label("Agent (configured by the operator)")
+    dialog.locator("[data-role=agent-picker] option", has_text="Demo agent (demo)").wait_for(state="attached")
+    assert picker.input_value() == "demo"
+    picker.select_option("demo")
     dialog.get_by_label("Name", exact=True).fill("Renamed project")
     dialog.get_by_label("While the agent is running, new messages").select_option("steer")
     workbench.screenshot(page, "manage-project")

@@ -60,6 +60,19 @@ EXTRA_EVENTS: list[dict[str, Any]] = [
     {"type": "usage.updated", "payload": {"cost": {"amount": 0.1, "currency": "USD"}}},
     {"type": "progress", "payload": {"text": "halfway"}},
     {"type": "error", "payload": {"code": "x", "message": "boom", "terminal": True}},
+    {
+        "type": "files.restored",
+        "payload": {
+            "action": "rewind",
+            "paths": ["a.txt"],
+            "count": 1,
+            "undo": 3,
+            "undid": False,
+            "forced": False,
+        },
+    },
+    {"type": "terminal.output", "payload": {"terminal_id": "term-1", "delta": "\u001b[31mred\u001b[0m "}},
+    {"type": "terminal.output", "payload": {"terminal_id": "term-1", "delta": "more"}},
     {"type": "usage.final", "payload": {"totalTokens": 3}},
     {"type": "done", "payload": {"state": "failed", "stop_reason": "refusal", "reason": "because"}},
 ]

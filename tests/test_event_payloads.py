@@ -65,7 +65,11 @@ def test_the_readers_event_sets_are_the_ones_they_kept_before() -> None:
         "title.updated",
         "done",
     }
-    segments = {"token.delta": "message_id", "reasoning.delta": "reasoning_id"}
+    segments = {
+        "token.delta": "message_id",
+        "reasoning.delta": "reasoning_id",
+        "terminal.output": "terminal_id",  # ACP terminals' output (runs/runner/terminals.py)
+    }
     assert (snapshot, sidebar) == (payloads.SESSION_STATE_EVENTS, payloads.SIDEBAR_EVENTS)
     assert segments == payloads.DELTA_SEGMENT_KEYS
 

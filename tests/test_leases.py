@@ -17,6 +17,7 @@ from runs.runner import connections, leases
 from runs.runner.claims import aclaim_run, previous_usage_total, run_context
 from runs.runner.leases import Claim, ClaimedRun
 from tests import factories
+from tests.support import procs
 from tests.support.pglocks import another_backend_waits_on_a_lock
 from tests.support.runner import claim_next
 
@@ -134,30 +135,39 @@ def test_a_reaped_run_answers_its_pending_controls_as_expired() -> None:
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_a_claim_in_flight_hides_its_run_and_the_next_from_other_runners_on_postgres() -> None:
+def test_a_claim_in_flight_makes_another_runners_claim_wait_then_take_the_next_run_on_postgres() -> None:
+    # Claims are serialised (docs/runner.md, "Fairness"): the second sees the first's, so it can
+    # neither take the same run nor count a user's executing runs without it.
     runs = [factories.RunFactory(status="queued") for _ in range(3)]
     held, release = threading.Event(), threading.Event()
     got: dict[str, object] = {}
 
-    def first_runner() -> None:
+    def runner(name: str, hold: bool) -> None:
         try:
             with transaction.atomic():
-                got["r1"] = leases.claim_in_transaction("r1")
-                held.set()
-                release.wait(10)
+                got[name] = leases.claim_in_transaction(name)
+                if hold:
+                    held.set()
+                    release.wait(30)
         finally:
             connection.close()
 
-    thread = threading.Thread(target=first_runner)
-    thread.start()
+    first = threading.Thread(target=runner, args=("r1", True))
+    first.start()
+    assert held.wait(30)
+    second = threading.Thread(target=runner, args=("r2", False))
+    second.start()
     try:
-        assert held.wait(10)
-        # r1 holds the run it claimed and the one it looked ahead at: r2 skips both.
-        assert claim_next("r2") == runs[2].pk
+        procs.wait_for(another_backend_waits_on_a_lock, 30, what="the second claim to wait on the first")
+        assert "r2" not in got
     finally:
         release.set()
-        thread.join(10)
+        first.join(30)
+        second.join(30)
     assert got["r1"] == Claim(ClaimedRun.of(runs[0]), more=True)
+    claimed = got["r2"]
+    assert isinstance(claimed, Claim) and claimed.run is not None
+    assert claimed.run.run_id == runs[1].pk
 
 
 @pytest.mark.postgres

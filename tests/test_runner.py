@@ -346,13 +346,17 @@ def test_a_finished_turn_does_not_unregister_the_next_turn_of_its_agent_session(
     host = StubHost()
     previous = execution_of(factories.RunFactory(status=RunStatus.COMPLETED), host)
     following = object()
-    previous.process = SimpleNamespace(sinks={"agent-session": following}, runs=set())  # type: ignore[assignment]
+    released: list[str] = []  # agent sessions whose ACP terminals were released (terminals.py)
+    terminals = SimpleNamespace(release_session=released.append)
+    previous.process = SimpleNamespace(sinks={"agent-session": following}, runs=set(), terminals=terminals)  # type: ignore[assignment]
     previous.agent_session_id = "agent-session"
     asyncio.run(previous.release_agent())
     assert previous.process.sinks == {"agent-session": following}
     assert host.pool.released == [previous.process]
+    assert released == []  # the next turn's terminals are its own
 
-    # Its own registration it removes.
+    # Its own registration it removes, and its terminals with it.
     previous.process.sinks = {"agent-session": previous}
     asyncio.run(previous.release_agent())
     assert previous.process.sinks == {}
+    assert released == ["agent-session"]

@@ -173,7 +173,7 @@ def test_a_claim_whose_answer_was_lost_is_started_by_its_runner(
     runner = start_runner(logs, "claim-lost", DATABASE_URL=url, HERMESWEB_RUNNER_POLL_SECONDS="30")
     runners.append(runner)
     # The claim that takes the run commits; its answer never reaches the runner.
-    pg_proxy.lose_next_answer(to=b"SKIP LOCKED", with_rows=True)
+    pg_proxy.lose_next_answer(to=b"pg_advisory_xact_lock", with_rows=True)  # the claim (leases)
     run = run_of(submit(session, "fast hello"))
 
     wait_status(run, RunStatus.COMPLETED, timeout=30, log=runner.log)

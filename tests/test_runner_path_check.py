@@ -84,26 +84,29 @@ def started_agent(runner: Proc, project: Any) -> bool:
 @pytest.mark.timeout(90)
 @pytest.mark.django_db(transaction=True)
 def test_a_turn_in_a_refused_directory_fails_once_and_starts_no_agent(
-    runner: Proc, user: Any, tmp_path: Path
+    runner: Proc, user: Any, other_user: Any
 ) -> None:
+    # Inside the runner's roots (so it claims the turn: docs/runner.md "Placement"), but over
+    # another user's project. A path outside every root is never claimed: its turn waits.
     project = factories.ProjectFactory(owner=user, agent="demo")
     session = factories.SessionFactory(project=project)
     original = project.path
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    move(project, elsewhere)
+    theirs = factories.ProjectFactory(owner=other_user)
+    inside = Path(theirs.path) / "inside"
+    inside.mkdir()
+    move(project, inside)
 
     run = run_of(submit(session, "fast hello"))
     wait_status(run, RunStatus.FAILED, log=runner.log)
     assert_journal_well_formed(run)
     [error] = [e for e in events(run) if e.type == "error"]
     assert error.payload["code"] == "project_path_refused"
-    assert "path_outside_roots" in error.payload["message"]
+    assert "path_taken" in error.payload["message"]
     done = events(run)[-1].payload
     assert done["state"] == "failed" and done["code"] == "project_path_refused"
-    assert "path_outside_roots" in refreshed(run).error
+    assert "path_taken" in refreshed(run).error
     assert not started_agent(runner, project) and not ptree.descendants(runner.pid)
-    assert not list(elsewhere.iterdir())
+    assert not list(inside.iterdir())
 
     # Back inside the roots, the next turn starts the agent.
     move(project, original)

@@ -98,7 +98,9 @@ def test_the_environment_example_configures_a_process(tmp_path: Path) -> None:
         "1.0",
         "CHANGE-ME",  # Redis with a password (docs/deploy.md), and every message sealed:
         "hermesweb.channel_layer.SealedPubSubLayer",
-        "['demo',",
+        "['claude',",  # the built-in entries (runs/agents.py), beside the file's
+        "'codex',",
+        "'demo',",
         "'hermes']",
     ], done.stdout
 

@@ -59,6 +59,7 @@ from runs.models import (
     JournalEvent,
     Run,
     RunStatus,
+    WarmRequest,
 )
 from tests import factories
 from tests.conftest import token_client
@@ -84,6 +85,7 @@ NOT_OBJECT_SCOPED = {
     "api/docs": "the OpenAPI page",
     "api/openapi.json": "the schema this sweep reads",
     "api/health": "the database's, the channel layer's and the runners' health",
+    "api/agents": "the operator's configured agents, the same for every user (tests/test_api_agents.py)",
     "api/projects": "the caller's own projects: list, create",
     "api/search": "searches the caller's own turns (tests/test_search.py); swept for words A's turn holds",
     "api/tokens/revoke-all": "revokes the caller's own tokens (tests/test_security_tokens.py)",
@@ -97,6 +99,7 @@ SWEPT_UNSCOPED: dict[str, Callable[[World], str]] = {
     "api/docs": lambda w: "/api/docs",
     "api/openapi.json": lambda w: "/api/openapi.json",
     "api/health": lambda w: "/api/health",
+    "api/agents": lambda w: "/api/agents",
     "api/projects": lambda w: "/api/projects",
     # Words of A's finished turn other than the marker (the answer repeats the query).
     "api/search": lambda w: "/api/search?q=first+question",
@@ -132,6 +135,9 @@ NOTES_FILE = "notes.txt"
 QUERY_VALUES: dict[str, dict[str, Any]] = {
     "api/projects/<id>/files": {"path": ""},
     "api/projects/<id>/files/content": {"path": NOTES_FILE},
+    "api/projects/<id>/files/search": {"q": "notes"},
+    "api/runs/<id>/changes/lines": {"path": NOTES_FILE},
+    "api/sessions/<id>/changes/lines": {"path": NOTES_FILE},
 }
 # A multipart upload's body (`POST /sessions/{id}/attachments`): a small text file.
 MULTIPART = "multipart/form-data"
@@ -295,6 +301,7 @@ def snapshot_queries(owner: Any) -> dict[str, QuerySet[Any]]:
         "triggers": Trigger.objects.filter(workflow__project__owner=owner).order_by("pk").values(),
         "firings": Firing.objects.filter(trigger__workflow__project__owner=owner).order_by("pk").values(),
         "checkpoints": Checkpoint.objects.filter(**in_session).order_by("pk").values(),
+        "warm_requests": WarmRequest.objects.filter(**in_session).order_by("pk").values(),
         "journal": JournalEvent.objects.filter(run__session__project__owner=owner)
         .values("run_id")
         .annotate(n=Count("pk"), top=Max("seq"))
@@ -376,6 +383,7 @@ def param_kind(template: str, name: str) -> str:
 
 # Values for body and query fields, by name; an id field names an object of that kind.
 FIELD_IDS = {name: kind for name, kind in NAMED.items() if kind in OBJECT_KINDS}
+FIELD_IDS["session"] = "session"  # the files, search and git routes' `?session=`: its tree
 FIELD_VALUES: dict[str, Any] = {
     "option_id": "allow",
     "agent_session_id": AGENT_SESSION_ID,

@@ -31,6 +31,12 @@ def test_initialize_meta_still_decides_for_agents_that_declare_it() -> None:
     assert detected_steer("x", {"_session/steering": {}}) == "extension"
 
 
+def test_the_steering_extensions_supported_flag_means_extension_steer() -> None:
+    # codex-acp and claude-agent-acp say it this way (tests/fixtures/npm_agents/*_text.jsonl).
+    assert detected_steer("codex-acp", {"steering": {"supported": True}}) == "extension"
+    assert detected_steer("claude-agent-acp", {"steering": {"supported": False}}) == "none"
+
+
 def test_an_agent_that_says_nothing_takes_no_steer() -> None:
     assert detected_steer("x", {}, ["help"]) == "none"
 

@@ -7,20 +7,37 @@ else's project, a missing path and one that escapes get the same 404.
 
 from __future__ import annotations
 
+import copy
 import mimetypes
+from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
 from django.http import HttpRequest, HttpResponse
-from ninja import Query, Router, Schema
+from ninja import Field, Query, Router, Schema
 
 from hermesweb.auth import get_visible
 from hermesweb.errors import MAX_ID, not_found
 from projects.models import Project, Session
+from projects.refusals import Refused
 from runs.models import Run
-from workspace import fs, services
+from workspace import context, fs, git, search, services
 from workspace.models import Checkpoint
-from workspace.schemas import ChangesOut, FileEntryOut, FileListOut, FileSavedOut, RestoredOut, RewindIn
+from workspace.schemas import (
+    ChangesOut,
+    ChangesSummaryOut,
+    CommitIn,
+    CommittedOut,
+    FileEntryOut,
+    FileListOut,
+    FileSavedOut,
+    GitStateOut,
+    PathSearchOut,
+    RestoredOut,
+    RewindIn,
+    TurnSummaryOut,
+)
+from worktrees.models import Worktree
 
 router = Router()
 
@@ -52,6 +69,75 @@ def session_changes(request: HttpRequest, id: int) -> ChangesOut:
     return changes_out(services.session_changes(session))
 
 
+class RunsQuery(Schema):
+    runs: str = Field("", description="Comma-separated run ids; empty: the session's newest 500.")
+
+
+@router.get("/sessions/{id}/changes/summary", response=ChangesSummaryOut, tags=["workspace"])
+def changes_summary(request: HttpRequest, id: int, query: Query[RunsQuery]) -> ChangesSummaryOut:
+    """Per settled turn: files changed, lines added and deleted — one request for a page of
+    turns. 422 `invalid_runs` when `runs` is not a list of ids."""
+    session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
+    ids: list[int] | None = None
+    if query.runs.strip():
+        parts = [p.strip() for p in query.runs.split(",") if p.strip()]
+        if len(parts) > services.SUMMARY_MAX_RUNS or not all(p.isdigit() and len(p) < 19 for p in parts):
+            raise services.Refused(422, "invalid_runs", "runs: at most 500 comma-separated run ids.")
+        ids = [int(p) for p in parts]
+    return ChangesSummaryOut(runs=[TurnSummaryOut(**vars(s)) for s in services.turn_summaries(session, ids)])
+
+
+class LinesQuery(Schema):
+    path: str
+    start: int = Field(1, ge=1, le=10_000_000, description="The first line, 1-based.")
+    count: int = Field(200, ge=1, le=context.MAX_LINES, description="How many lines, at most 2,000.")
+
+
+class LinesOut(Schema):
+    path: str
+    start: int
+    lines: list[str]
+    total: int = Field(description="The file's line count on the changes' newer side.")
+
+
+# Answers of the lines routes besides those every GET documents.
+LINES_ANSWERS = {
+    409: {"description": "No checkpoints to read from (`checkpoints_off`, `checkpoint_unavailable`)."},
+    413: {"description": "The file is larger than the files API serves (`file_too_large`)."},
+}
+
+
+@router.get(
+    "/runs/{id}/changes/lines",
+    response=LinesOut,
+    tags=["workspace"],
+    openapi_extra={"responses": LINES_ANSWERS},
+)
+def run_changes_lines(request: HttpRequest, id: int, query: Query[LinesQuery]) -> context.Lines:
+    """Lines of one changed file as the run left it: a fold between hunks, opened. 404 for a path
+    that is not a file there; 409 `checkpoints_off` / `checkpoint_unavailable`."""
+    run = get_visible(Run.objects.select_related("session__project"), request.auth, id, "run")
+    try:
+        return context.run_lines(run, query.path, query.start, query.count)
+    except (fs.Outside, OSError):
+        raise not_found("path") from None
+
+
+@router.get(
+    "/sessions/{id}/changes/lines",
+    response=LinesOut,
+    tags=["workspace"],
+    openapi_extra={"responses": LINES_ANSWERS},
+)
+def session_changes_lines(request: HttpRequest, id: int, query: Query[LinesQuery]) -> context.Lines:
+    """Lines of one changed file as the session's changes show it (after its last turn)."""
+    session = get_visible(Session.objects.select_related("project"), request.auth, id, "session")
+    try:
+        return context.session_lines(session, query.path, query.start, query.count)
+    except (fs.Outside, OSError):
+        raise not_found("path") from None
+
+
 @router.post("/runs/{id}/rewind", response=RestoredOut, tags=["workspace"])
 def rewind_run(request: HttpRequest, id: int, payload: RewindIn) -> services.Restored:
     """Every file the session changed from this run on, back to its bytes before it.
@@ -63,7 +149,7 @@ def rewind_run(request: HttpRequest, id: int, payload: RewindIn) -> services.Res
     if not 1 <= id <= MAX_ID:
         raise not_found("run")
     try:
-        return services.do_rewind(request.auth, id, payload.client_id, payload.force)
+        return services.do_rewind(request.auth, id, payload.client_id, payload.force, payload.dry_run)
     except Run.DoesNotExist:
         raise not_found("run") from None
 
@@ -75,7 +161,7 @@ def restore_checkpoint(request: HttpRequest, id: int, payload: RewindIn) -> serv
     if not 1 <= id <= MAX_ID:
         raise not_found("checkpoint")
     try:
-        return services.do_restore(request.auth, id, payload.client_id, payload.force)
+        return services.do_restore(request.auth, id, payload.client_id, payload.force, payload.dry_run)
     except Checkpoint.DoesNotExist:
         raise not_found("checkpoint") from None
 
@@ -83,7 +169,13 @@ def restore_checkpoint(request: HttpRequest, id: int, payload: RewindIn) -> serv
 # ---------------------------------------------------------------- files
 
 
-class PathQuery(Schema):
+class SessionQuery(Schema):
+    session: int | None = Field(
+        None, description="A session of this project: its tree (its own worktree, if it has one)."
+    )
+
+
+class PathQuery(SessionQuery):
     path: str = ""
 
 
@@ -91,16 +183,54 @@ def _project(request: HttpRequest, id: int) -> Project:
     return get_visible(Project.objects, request.auth, id, "project")
 
 
-@router.get("/projects/{id}/files", response=FileListOut, tags=["workspace"])
-def list_files(request: HttpRequest, id: int, query: Query[PathQuery]) -> FileListOut:
-    """A directory of the project (`path` relative to it; empty: its top): directories first,
-    at most 1,000 entries. 404 for any path outside the project or through a symlink."""
+class TreeListOut(FileListOut):
+    root: str = Field(description="The tree listed, absolute: the project's, or the session's worktree.")
+
+
+@dataclass(frozen=True)
+class Tree:
+    project: Project  # an unsaved copy whose `path` is the tree's: services read only that
+    path: str
+    git_dir: str | None  # a worktree's own git directory; None: the project's `.git`
+
+
+def _tree(request: HttpRequest, id: int, session_id: int | None) -> Tree:
+    """The project's checkout, or with `session` that session's (its worktree, docs/worktrees.md).
+    Someone else's session, or one of another project, is a 404 like a missing one."""
     project = _project(request, id)
+    if session_id is None:
+        return Tree(project, project.path, None)
+    if not 1 <= session_id <= MAX_ID:
+        raise not_found("session")
+    session = get_visible(Session.objects, request.auth, session_id, "session")
+    if session.project_id != project.pk:
+        raise not_found("session")
+    row = Worktree.objects.filter(session_id=session.pk).values_list("path", "repository").first()
+    if row is None:
+        return Tree(project, project.path, None)
+    path, repository = row
+    seen = copy.copy(project)
+    seen.path = path
     try:
-        path, entries, truncated = services.list_files(project, query.path)
+        git_dir = git.worktree_git_dir(path, repository)
+    except fs.Outside:
+        git_dir = None  # not made yet, or broken: its files answer 404, its git state says so
+    return Tree(seen, path, git_dir or "/nonexistent")
+
+
+@router.get("/projects/{id}/files", response=TreeListOut, tags=["workspace"])
+def list_files(request: HttpRequest, id: int, query: Query[PathQuery]) -> TreeListOut:
+    """A directory of the project (`path` relative to it; empty: its top): directories first,
+    at most 1,000 entries. 404 for any path outside the project or through a symlink. With
+    `session`: of that session's tree (`root`)."""
+    tree = _tree(request, id, query.session)
+    try:
+        path, entries, truncated = services.list_files(tree.project, query.path)
     except (fs.Outside, OSError):
         raise not_found("path") from None
-    return FileListOut(path=path, entries=[FileEntryOut(**vars(e)) for e in entries], truncated=truncated)
+    return TreeListOut(
+        path=path, entries=[FileEntryOut(**vars(e)) for e in entries], truncated=truncated, root=tree.path
+    )
 
 
 # Answers particular to a file's bytes, besides those every operation of its shape documents.
@@ -120,7 +250,7 @@ PRECONDITIONS = {
 def file_content(request: HttpRequest, id: int, query: Query[PathQuery]) -> HttpResponse:
     """The file's bytes with its `ETag`: text as text/plain, images inline, anything else as a
     download; never run by the browser (nosniff, a sandbox CSP)."""
-    project = _project(request, id)
+    project = _tree(request, id, query.session).project
     try:
         data, etag = services.read_file(project, query.path)
     except (fs.Outside, OSError):
@@ -150,7 +280,7 @@ def file_content(request: HttpRequest, id: int, query: Query[PathQuery]) -> Http
 def save_file(request: HttpRequest, id: int, query: Query[PathQuery]) -> Any:
     """Save the request's body as the file. `If-Match: <etag>` (412 `stale_file` when the file
     changed since), or `If-None-Match: *` to create one; neither: 428 `precondition_required`."""
-    project = _project(request, id)
+    project = _tree(request, id, query.session).project
     try:
         etag = services.do_write_file(
             project,
@@ -167,6 +297,59 @@ def save_file(request: HttpRequest, id: int, query: Query[PathQuery]) -> Any:
     )
     response["ETag"] = etag
     return response
+
+
+class SearchQuery(SessionQuery):
+    q: str = ""
+
+
+@router.get("/projects/{id}/files/search", response=PathSearchOut, tags=["workspace"])
+def search_files(request: HttpRequest, id: int, query: Query[SearchQuery]) -> PathSearchOut:
+    """The project's files and folders whose path holds `q`'s letters in order, best first (at
+    most 50): the composer's `@`. Symlinks named, never entered; .git and dependency or build
+    directories skipped; the walk is capped (`truncated`)."""
+    project = _tree(request, id, query.session).project
+    try:
+        found = search.search_paths(project, query.q)
+    except (fs.Outside, OSError):
+        raise not_found("project") from None
+    return PathSearchOut(query=query.q, matches=[vars(m) for m in found.matches], truncated=found.truncated)
+
+
+@router.get("/projects/{id}/git", response=GitStateOut, tags=["workspace"])
+def git_state(request: HttpRequest, id: int, query: Query[SessionQuery]) -> git.GitState:
+    """The project's own repository: its branch, HEAD and dirty files (`repository: false` when
+    its top holds no .git directory). Git runs with hooks and fsmonitor off (docs/workspace.md).
+    With `session`: that session's worktree, its branch and its dirty files."""
+    tree = _tree(request, id, query.session)
+    try:
+        return git.git_state(tree.project, tree.path, tree.git_dir)
+    except (fs.Outside, OSError):
+        raise not_found("project") from None
+    except git.GitError as exc:
+        raise Refused(409, "git_failed", str(exc)) from None
+
+
+@router.post("/projects/{id}/git/commit", response=CommittedOut, tags=["workspace"])
+def git_commit(request: HttpRequest, id: int, payload: CommitIn, query: Query[SessionQuery]) -> git.Committed:
+    """Commit the ticked files as they are on disk, author the user; no push. 409 `not_git_repo`
+    / `nothing_to_commit` / `git_busy`, 422 `path_outside` / `not_a_file`. Idempotent by
+    `client_id`. With `session`: in that session's worktree, on its branch."""
+    tree = _tree(request, id, query.session)
+    try:
+        return git.do_commit(
+            request.auth,
+            tree.project,
+            message=payload.message,
+            paths=payload.paths,
+            client_id=payload.client_id,
+            tree=tree.path,
+            git_dir=tree.git_dir,
+        )
+    except (fs.Outside, OSError):
+        raise not_found("project") from None
+    except git.GitError as exc:
+        raise Refused(409, "git_failed", str(exc)) from None
 
 
 def _is_text(data: bytes) -> bool:

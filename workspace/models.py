@@ -87,3 +87,22 @@ class ProjectCheckpoints(models.Model):
 
     def __str__(self) -> str:
         return f"Checkpoints of {self.project_id}: {'off' if self.off_reason else 'on'}"
+
+
+class GitCommit(models.Model):
+    """A commit the files panel made in a project's own repository: its client_id answers again."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="git_commits", db_index=False)
+    client_id = models.CharField(max_length=100)
+    commit = models.CharField(max_length=64)
+    branch = models.CharField(max_length=255, blank=True)
+    paths = models.JSONField(default=list)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "client_id"], name="git_commit_client_id_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"Commit {self.commit[:12]} in project {self.project_id}"

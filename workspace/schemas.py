@@ -28,15 +28,34 @@ class ChangesOut(Schema):
     notice: str | None = Field(None, description="Why there is nothing to show: checkpoints are off.")
 
 
+class TurnSummaryOut(Schema):
+    run_id: int
+    files: int = Field(description="Files the turn changed (0: none).")
+    additions: int
+    deletions: int
+
+
+class ChangesSummaryOut(Schema):
+    runs: list[TurnSummaryOut] = Field(
+        description="The settled turns asked for (all, newest first, at most 500) that have both checkpoints."
+    )
+
+
 class RewindIn(Schema):
     client_id: ClientId
     force: bool = Field(False, description="Overwrite files that changed since the session's last turn.")
+    dry_run: bool = Field(False, description="Answer `preview`: what would be restored and what conflicts.")
 
 
 class RestoredOut(Schema):
-    status: Literal["accepted", "duplicate"]
+    status: Literal["accepted", "duplicate", "preview"]
     restored: list[str]
-    undo: int = Field(description="The checkpoint of the tree this replaced: restore it to undo.")
+    undo: int = Field(
+        description="The checkpoint of the tree this replaced: restore it to undo (0 for a preview)."
+    )
+    conflicts: list[str] = Field(
+        default_factory=list, description="A preview's paths changed since the session's last turn."
+    )
 
 
 class FileEntryOut(Schema):
@@ -57,3 +76,43 @@ class FileSavedOut(Schema):
     path: str
     etag: str
     size: int
+
+
+class PathMatchOut(Schema):
+    path: str
+    type: Literal["file", "dir", "symlink"]
+
+
+class PathSearchOut(Schema):
+    query: str
+    matches: list[PathMatchOut]
+    truncated: bool = Field(description="The walk stopped at its cap: a deeper match may exist.")
+
+
+class DirtyFileOut(Schema):
+    path: str
+    index: str = Field(description="git's status column for the index (' ', M, A, D, ?, …).")
+    worktree: str = Field(description="git's status column for the working tree.")
+
+
+class GitStateOut(Schema):
+    repository: bool = Field(description="False when the project's top holds no .git directory.")
+    branch: str | None = Field(description="null: a detached HEAD (or not a repository).")
+    head: str | None = Field(description="The commit HEAD names; null before the first commit.")
+    files: list[DirtyFileOut]
+    truncated: bool
+
+
+class CommitIn(Schema):
+    client_id: ClientId
+    message: Annotated[str, StringConstraints(min_length=1, max_length=20_000, strip_whitespace=True)]
+    paths: list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]] = Field(
+        max_length=1000, description="The project-relative files to commit, as they are on disk."
+    )
+
+
+class CommittedOut(Schema):
+    status: Literal["committed", "duplicate"]
+    commit: str
+    branch: str | None
+    paths: list[str]

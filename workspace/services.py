@@ -17,10 +17,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from projects.models import Project, Session
 from projects.refusals import Refused as BaseRefused
-from runs.models import Run
+from runs import journal
+from runs.journal import NewEvent, done_event
+from runs.journal.payloads import FilesRestored, RunStarted
+from runs.models import EventType, Run, RunSource, RunStatus
 from workspace import conf, fs
 from workspace.models import Checkpoint, CheckpointKind, ProjectCheckpoints
 from workspace.store import (
@@ -33,6 +38,7 @@ from workspace.store import (
     StoreError,
     TooLarge,
 )
+from worktrees.trees import session_tree
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +50,10 @@ class Refused(BaseRefused):
     """A workspace action refused: the API's one handler answers `status` with `code`."""
 
 
-def store_of(project: Project) -> Store:
-    return Store(project.pk, project.path)
+def store_of(project: Project, session_id: int | None = None) -> Store:
+    """The project's store over the tree the session works in (its own worktree: docs/worktrees.md)."""
+    tree = session_tree(session_id, project.path).path if session_id is not None else project.path
+    return Store(project.pk, tree)
 
 
 def checkpoints_off(project_id: int) -> str:
@@ -165,7 +173,7 @@ def run_changes(run: Run) -> Changes:
     if start is None:
         return Changes(run.pk, run.is_terminal, notice=_missing_notice(project, run))
     end = Checkpoint.objects.of_run(run.pk, CheckpointKind.END)
-    store = store_of(project)
+    store = store_of(project, run.session_id)
     if end is not None:
         return Changes(run.pk, True, _diff(store, start.tree, end.tree))
     return Changes(run.pk, False, _diff(store, start.tree, _now_tree(store)))
@@ -180,11 +188,68 @@ def session_changes(session: Session) -> Changes:
     run_id = last_run.pk if last_run else None
     if first is None or latest is None:
         return Changes(run_id, last_run is None or last_run.is_terminal, notice=checkpoints_off(project.pk))
-    store = store_of(project)
+    store = store_of(project, session.pk)
     busy = session.runs.active().exists()  # type: ignore[attr-defined]
     if busy or latest.kind == CheckpointKind.START:
         return Changes(run_id, False, _diff(store, first.tree, _now_tree(store)))
     return Changes(run_id, True, _diff(store, first.tree, latest.after_tree))
+
+
+@dataclass(frozen=True)
+class TurnSummary:
+    run_id: int
+    files: int
+    additions: int
+    deletions: int
+
+
+# Runs one summary request may name.
+SUMMARY_MAX_RUNS = 500
+
+
+def turn_summaries(session: Session, run_ids: list[int] | None) -> list[TurnSummary]:
+    """Per settled run of the session with both checkpoints: files changed, lines added and
+    deleted. Counted once (git's numstat) and kept in the end checkpoint's stats, so a long
+    session's page costs one query after its first view. Runs named but not of the session,
+    still active or without checkpoints are left out."""
+    ends = Checkpoint.objects.filter(session=session, kind=CheckpointKind.END).order_by("-pk")
+    if run_ids is not None:
+        ends = ends.filter(run_id__in=run_ids[:SUMMARY_MAX_RUNS])
+    ends = list(ends[:SUMMARY_MAX_RUNS])
+    starts = dict(
+        Checkpoint.objects.filter(
+            session=session, kind=CheckpointKind.START, run_id__in=[e.run_id for e in ends]
+        ).values_list("run_id", "tree")
+    )
+    out: list[TurnSummary] = []
+    store: Store | None = None
+    for end in ends:
+        counted = (end.stats or {}).get("summary")
+        if counted is None and end.run_id in starts:
+            store = store or store_of(session.project)
+            try:
+                counted = _numstat(store, starts[end.run_id], end.tree)
+            except StoreError as exc:
+                log.warning("summary of run %s: %s", end.run_id, exc)
+                continue
+            end.stats = {**(end.stats or {}), "summary": counted}
+            end.save(update_fields=["stats"])
+        if counted is not None and end.run_id is not None:
+            out.append(TurnSummary(end.run_id, counted[0], counted[1], counted[2]))
+    return out
+
+
+def _numstat(store: Store, old: str, new: str) -> list[int]:
+    """[files, additions, deletions] from tree `old` to `new` (a binary file counts no lines)."""
+    files = added = deleted = 0
+    for record in store.git("diff-tree", "-r", "-z", "--no-renames", "--numstat", old, new).split(b"\0"):
+        if not record:
+            continue
+        plus, minus, _ = record.decode(errors="surrogateescape").split("\t", 2)
+        files += 1
+        added += int(plus) if plus.isdigit() else 0
+        deleted += int(minus) if minus.isdigit() else 0
+    return [files, added, deleted]
 
 
 def _missing_notice(project: Project, run: Run) -> str:
@@ -199,43 +264,116 @@ def _missing_notice(project: Project, run: Run) -> str:
 
 @dataclass(frozen=True)
 class Restored:
-    status: str  # accepted | duplicate
+    status: str  # accepted | duplicate | preview (a dry run: nothing touched, `undo` 0)
     restored: list[str]
     undo: int  # the checkpoint of the tree this replaced: restoring it undoes this
+    conflicts: list[str] = field(default_factory=list)  # a preview's: changed since by something else
 
 
-def do_rewind(user: Any, run_id: int, client_id: str, force: bool = False) -> Restored:
+def do_rewind(user: Any, run_id: int, client_id: str, force: bool = False, dry_run: bool = False) -> Restored:
     """Put every file the session changed from the start of run `run_id` on back to its bytes
     before that run. Precondition: the caller may see the run (else Run.DoesNotExist).
 
     Holds the session's lock throughout (no turn starts meanwhile); refuses while a run of the
     session is active (409 `session_busy`) and when a file changed since the session's last
     checkpoint (409 `rewind_conflict`, nothing touched) unless `force`. Idempotent by `client_id`.
+    `dry_run`: what it would restore and what conflicts, touching nothing (the confirmation).
     """
     with transaction.atomic():
         run = Run.objects.visible_to(user).get(pk=run_id)
         session = Session.objects.lock(run.session_id)
-        done = _already(session, client_id)
+        done = None if dry_run else _already(session, client_id)
         if done is not None:
             return done
         _refuse_busy(session)
         start = Checkpoint.objects.of_run(run.pk, CheckpointKind.START)
         if start is None:
             raise Refused(409, "no_checkpoint", "This turn has no checkpoint to rewind to.")
-        return _restore(session, start, CheckpointKind.REWIND, client_id, force, run=run)
+        done = _restore(session, start, CheckpointKind.REWIND, client_id, force, run=run, dry_run=dry_run)
+        if not dry_run:
+            _journal(session, done, action="rewind", forced=force, run=run)
+        return done
 
 
-def do_restore(user: Any, checkpoint_id: int, client_id: str, force: bool = False) -> Restored:
+def do_restore(
+    user: Any, checkpoint_id: int, client_id: str, force: bool = False, dry_run: bool = False
+) -> Restored:
     """Put the project's files back to checkpoint `checkpoint_id`'s tree — for a rewind's or a
     restore's checkpoint, the tree it replaced: its undo. Same rules as `do_rewind`."""
     with transaction.atomic():
         target = Checkpoint.objects.visible_to(user).get(pk=checkpoint_id)
         session = Session.objects.lock(target.session_id)
-        done = _already(session, client_id)
+        done = None if dry_run else _already(session, client_id)
         if done is not None:
             return done
         _refuse_busy(session)
-        return _restore(session, target, CheckpointKind.RESTORE, client_id, force, run=None)
+        done = _restore(session, target, CheckpointKind.RESTORE, client_id, force, run=None, dry_run=dry_run)
+        if not dry_run:
+            undid = target.kind in (CheckpointKind.REWIND, CheckpointKind.RESTORE)
+            _journal(session, done, action="restore", forced=force, undid=undid)
+        return done
+
+
+# Paths a files.restored event names; `count` counts them all.
+PATHS_SHOWN = 200
+
+
+def _journal(
+    session: Session,
+    done: Restored,
+    *,
+    action: str,
+    forced: bool,
+    undid: bool = False,
+    run: Run | None = None,
+) -> None:
+    """The rewind or restore as a `workspace` run of its own: run.started, files.restored, done.
+
+    Its own run, because a settled run takes no event after its `done` and a run yet to come
+    may never come; created ended, in the caller's transaction (the session's lock held), and
+    published after commit like any append.
+    """
+    now = timezone.now()
+    record = Run.objects.create(
+        session=session,
+        client_id=f"workspace:{done.undo}",
+        prompt_text="",
+        source=RunSource.WORKSPACE,
+        source_meta={"checkpoint": done.undo},
+        status=RunStatus.RUNNING,
+        created_at=now,
+        started_at=now,
+    )
+    payload: FilesRestored = {
+        "action": "rewind" if action == "rewind" else "restore",
+        "paths": done.restored[:PATHS_SHOWN],
+        "count": len(done.restored),
+        "undo": done.undo,
+        "undid": undid,
+        "forced": forced,
+    }
+    if run is not None:
+        payload["run_id"] = run.pk
+        payload["turn"] = turn_number(run)
+    started: RunStarted = {"status": RunStatus.RUNNING.value, "session_id": session.pk, "source": "workspace"}
+    journal.append_batch(
+        record.pk,
+        [
+            NewEvent(EventType.RUN_STARTED, started),
+            NewEvent(EventType.FILES_RESTORED, payload),
+            done_event(RunStatus.COMPLETED),
+        ],
+    )
+
+
+def turn_number(run: Run) -> int:
+    """The run's place among its session's turns, 1-based; workspace runs are not turns."""
+    return (
+        Run.objects.filter(session_id=run.session_id)
+        .exclude(source=RunSource.WORKSPACE)
+        .filter(Q(created_at__lt=run.created_at) | Q(created_at=run.created_at, pk__lte=run.pk))
+        .count()
+    )
 
 
 def _already(session: Session, client_id: str) -> Restored | None:
@@ -249,12 +387,19 @@ def _refuse_busy(session: Session) -> None:
 
 
 def _restore(
-    session: Session, target: Checkpoint, kind: str, client_id: str, force: bool, *, run: Run | None
+    session: Session,
+    target: Checkpoint,
+    kind: str,
+    client_id: str,
+    force: bool,
+    *,
+    run: Run | None,
+    dry_run: bool = False,
 ) -> Restored:
     """Write `target`'s version of each path that differs between it and the session's last
     known tree; record the replaced tree as a checkpoint. Call holding the session's lock."""
     project = session.project
-    store = store_of(project)
+    store = store_of(project, session.pk)
     now = _now(store)
     latest = Checkpoint.objects.latest_of_session(session.pk)
     # A run that never ended (a crashed runner) left only its start: what is there now is its end.
@@ -267,6 +412,8 @@ def _restore(
         log.warning("restore of checkpoint %s: %s", target.pk, exc)
         raise Refused(409, "checkpoint_unavailable", "That checkpoint is no longer stored.") from None
     conflicts = [p for p in paths if now_entries.get(p) != expected_entries.get(p)]
+    if dry_run:
+        return Restored("preview", paths, 0, conflicts)
     if conflicts and not force:
         raise Refused(
             409,
@@ -297,7 +444,7 @@ def _restore(
 def _write_back(store: Store, project: Project, paths: list[str], wanted: dict[str, Any]) -> None:
     blobs = store.blobs([wanted[p].sha for p in paths if p in wanted and wanted[p].mode != MODE_GITLINK])
     try:
-        root = fs.open_root(project.path)
+        root = fs.open_root(store.work_tree)  # the session's tree: its worktree, if it has one
     except fs.Outside:
         raise Refused(409, "project_unavailable", "The project's directory cannot be opened.") from None
     try:

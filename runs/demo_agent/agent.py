@@ -54,7 +54,7 @@ from acp.schema import (
     UsageUpdate,
 )
 
-from . import AGENT_NAME, __version__
+from . import AGENT_NAME, __version__, config_options
 from .scripts import derive_title, pick_script, wants_fast
 from .store import SessionStore, StoredSession, now_iso
 from .turn import STEER_ACK, LiveSession, Turn, TurnCancelled, count_words
@@ -141,6 +141,8 @@ def received_attachments(prompt: list[PromptBlock]) -> list[str]:
             size = len(getattr(resource, "text", "").encode()) or len(getattr(resource, "blob", ""))
             kind = resource.mime_type or "unknown type"
             notes.append(f"file {_uri_name(resource.uri)} ({kind}, {size} bytes)")
+        elif isinstance(block, ResourceContentBlock):  # a resource_link: an `@` mention
+            notes.append(f"link {block.uri} ({block.mime_type or 'unknown type'})")
     return notes
 
 
@@ -343,6 +345,17 @@ class DemoAgent:
         self._store.save(live.stored)
         return {}
 
+    async def set_config_option(
+        self, config_id: str, session_id: str, value: str | bool, **kwargs: Any
+    ) -> dict[str, Any]:
+        """`session/set_config_option`: the answer is the full set with current values."""
+        live = self._sessions.get(session_id)
+        if live is None:
+            raise RequestError.resource_not_found(session_id)
+        live.stored.config = config_options.chosen(live.stored.config, config_id, value)
+        self._store.save(live.stored)
+        return {"configOptions": config_options.reported(live.stored.config)}
+
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         live = self._sessions.get(session_id)
         if live is not None and live.turn is not None:
@@ -377,9 +390,13 @@ class DemoAgent:
                 return await self._run_turn(live, text, _reply(HELP_TEXT), auto_title=False)
             elif name == "status":
                 status = f"Mode: {live.stored.mode} · model: {live.stored.model}"
+                status += f" · config: {config_options.describe(live.stored.config)}"
                 return await self._run_turn(live, text, _reply(status), auto_title=False)
             elif name == "mode":
                 return await self._run_turn(live, text, self._mode_script(live, arg), auto_title=False)
+            elif name == "effort":
+                script = config_options.effort_script(self.conn, live, arg)
+                return await self._run_turn(live, text, script, auto_title=False)
             elif name == "title":
                 return await self._run_turn(live, text, self._title_script(live, arg), auto_title=False)
             else:
@@ -550,6 +567,7 @@ def _with_config(response: Any, stored: StoredSession) -> dict[str, Any]:
     data: dict[str, Any] = response.model_dump(mode="json", by_alias=True, exclude_none=True)
     data["modes"] = {"currentModeId": stored.mode, "availableModes": MODES}
     data["models"] = {"currentModelId": stored.model, "availableModels": MODELS}
+    data["configOptions"] = config_options.reported(stored.config)
     return data
 
 

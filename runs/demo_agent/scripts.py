@@ -14,6 +14,7 @@ from acp import RequestError
 from acp.helpers import text_block, tool_content, tool_diff_content
 from acp.schema import AcceptElicitationResponse, PlanEntryStatus, ToolCallLocation
 
+from .client_scripts import CLIENT_TRIGGERS
 from .turn import Turn
 
 Script = Callable[[Turn], Awaitable[None]]
@@ -340,6 +341,7 @@ TRIGGERS: dict[str, Script] = {
     "toolloop": run_toolloop,
     "recall": run_recall,
 }
+TRIGGERS.update(CLIENT_TRIGGERS)  # the client's files and terminals (client_scripts.py)
 if os.environ.get(SHELL_ENV) == "1":
     TRIGGERS["shell"] = run_shell
 

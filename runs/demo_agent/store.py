@@ -47,6 +47,8 @@ class StoredSession:
     # The session's mode and model (session/set_mode, session/set_model); kept across processes.
     mode: str = "default"
     model: str = "demo-small"
+    # Its config option choices (session/set_config_option; runs/demo_agent/config_options.py).
+    config: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # The last entry's text while chunks merge into it, joined by seal(): `+=` on a

@@ -185,10 +185,24 @@ class TitleUpdated(TypedDict):
     source: NotRequired[str]
 
 
+class Cost(TypedDict):
+    # ACP's usage_update cost: the agent session's cumulative cost so far (runs/usage.py).
+    amount: float
+    currency: str
+
+
 class UsageUpdated(TypedDict):
     used: NotRequired[int]
     size: NotRequired[int]
-    cost: NotRequired[Any]
+    cost: NotRequired[Cost]
+
+
+class TerminalOutput(TypedDict):
+    """What a terminal printed, by terminal: an ACP client terminal (runs/runner/terminals.py) or
+    an agent's own that it reports in `_meta` (Codex; runs/runner/translate.py)."""
+
+    terminal_id: str
+    delta: str
 
 
 class UsageFinal(TypedDict):
@@ -200,6 +214,20 @@ class Error(TypedDict):
     code: str
     message: str
     terminal: NotRequired[bool]
+
+
+class FilesRestored(TypedDict):
+    """Files rewound to before a turn, or restored to a checkpoint (an undo): the event of a
+    `workspace` run of its own (docs/workspace.md, "Journaled in the session")."""
+
+    action: Literal["rewind", "restore"]
+    paths: list[str]  # the first PATHS_SHOWN of them; `count` counts all
+    count: int
+    undo: int  # the checkpoint to restore to undo this
+    undid: bool  # a restore of a rewind's or restore's checkpoint: an undo
+    forced: bool
+    run_id: NotRequired[int]  # the turn rewound
+    turn: NotRequired[int]  # its number in the session, 1-based, workspace runs not counted
 
 
 class DoneDetails(TypedDict, total=False):
@@ -252,7 +280,9 @@ EVENTS: dict[EventType, EventSpec] = {
     EventType.TITLE_UPDATED: EventSpec(TitleUpdated, session_state=True, sidebar=True),
     EventType.USAGE_UPDATED: EventSpec(UsageUpdated, open_payload=True),
     EventType.USAGE_FINAL: EventSpec(UsageFinal, open_payload=True),
+    EventType.TERMINAL_OUTPUT: EventSpec(TerminalOutput, segment_key="terminal_id"),
     EventType.ERROR: EventSpec(Error),
+    EventType.FILES_RESTORED: EventSpec(FilesRestored),
     EventType.DONE: EventSpec(Done, session_state=True, sidebar=True),
 }
 
@@ -371,6 +401,6 @@ def payload_table() -> str:
         fields = _fields(spec.payload) + (", and the agent's own keys" if spec.open_payload else "")
         lines.append(f"| `{event_type.value}` | `{spec.payload.__name__}` | {fields} | {_concerns(spec)} |")
     lines += ["", "| part | fields |", "|---|---|"]
-    for part in (ToolFields, TextContent, DiffContent, TerminalContent, PlanEntry, ApprovalOption):
+    for part in (ToolFields, TextContent, DiffContent, TerminalContent, PlanEntry, ApprovalOption, Cost):
         lines.append(f"| `{part.__name__}` | {_fields(part)} |")
     return "\n".join(lines) + "\n"

@@ -202,6 +202,7 @@ def _answer_submit(scope: dict[str, Any], session_id: int, submit: Submit) -> Su
             text=message.text,
             mode=message.mode,
             attachments=message.attachments,
+            mentions=message.mentions,
             guard=guard,
         )
     except services.GuardFailed:

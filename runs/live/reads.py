@@ -65,6 +65,9 @@ def session_snapshot(session_id: int) -> dict[str, Any] | None:
         "model": session.model,
         "modes": session.available_modes,
         "models": session.available_models,
+        # The config option pickers beside them (projects/session_options.py).
+        "config_options": session.config_options,
+        "config": session.config,
         "intents": [intent_preview(intent, INTENT_PREVIEW_CHARS) for intent in intents],
         "intents_omitted": 0,
         "agent": session.project.agent,

@@ -15,6 +15,7 @@ from django.db.models.functions import Coalesce
 
 from intents.models import PendingIntent
 from projects.models import Session, SessionStatus
+from runs import capacity
 from runs.live.protocol import encode
 from runs.models import ACTIVE_STATUSES, EventType, JournalEvent, Run, RunStatus
 
@@ -38,6 +39,8 @@ class SessionState(NamedTuple):
     waiting_seq: int | None
     last_run_id: int | None  # the newest run, active or not
     last_run_status: str | None
+    # Why a queued run waits (runs/capacity.py): {reason, running, position, labels, path}.
+    waiting: dict[str, Any] | None = None
 
     @property
     def idle(self) -> bool:
@@ -108,6 +111,12 @@ def read_states(user_id: Any) -> dict[int, SessionState]:
             last_id,
             last_status,
         )
+    # Only a queued run can wait; most reads have none and pay nothing more.
+    queued = [state.run_id for state in states.values() if state.run_status == RunStatus.QUEUED]
+    waits = capacity.waiting_of(run_id for run_id in queued if run_id) if queued else {}
+    for state in list(states.values()):
+        if state.run_id in waits:
+            states[state.id] = state._replace(waiting=waits[state.run_id].as_dict())
     return states
 
 

@@ -32,18 +32,26 @@ from django.conf import settings
 from projects.models import Project
 from projects.paths import PathRefused, validate_project_location
 from projects.refusals import Refused
-from runs import agents
+from runs import agent_catalog, agents
 from runs.agents import AgentSpec, agent_state_dir, detected_steer
 from runs.models import Run
 from runs.runner import sandbox
 from runs.runner.account import agent_account
+from runs.runner.client_methods import FS_CAPABILITIES, ClientFilesAndTerminals, launch_like_agent
 from runs.runner.connections import retried, revived
 from runs.runner.netpolicy import NetworkPolicy, policy_for
 from runs.runner.netproxy import NetworkProxy, Refusal, private_socket_dir
 from runs.runner.redact_stream import RedactedLog
-from runs.runner.session_config import AgentSessionConfig, record_mode_update, record_opened
+from runs.runner.session_config import (
+    AgentSessionConfig,
+    record_config_update,
+    record_mode_update,
+    record_opened,
+)
 from runs.runner.stdio import AgentDied, StdioTransport, spawn_agent
+from runs.runner.terminals import Terminals
 from runs.runner.translate import as_dict
+from worktrees.trees import AgentTree, agent_tree
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +77,8 @@ class Placement:
 
     project: Path
     state_dir: Path
+    # A worktree session's: its worktree is `project`; these are the git binds (docs/worktrees.md).
+    worktree: AgentTree | None = None
 
 
 def place_agent(project_id: int, cwd: str, agent_name: str) -> Placement:
@@ -81,11 +91,15 @@ def place_agent(project_id: int, cwd: str, agent_name: str) -> Placement:
     owner_id = Project.objects.filter(pk=project_id).values_list("owner_id", flat=True).first()
     if owner_id is None:
         raise ProjectPathRefused(f"Project {project_id} no longer exists.")
+    tree = agent_tree(project_id, cwd)  # a worktree session's: its project is checked all the same
     try:
-        resolved = validate_project_location(cwd, owner_id=owner_id, project_id=project_id)
+        resolved = validate_project_location(
+            str(tree.project) if tree else cwd, owner_id=owner_id, project_id=project_id
+        )
     except PathRefused as exc:
         raise ProjectPathRefused(f"The project's directory is refused ({exc.code}): {exc.message}") from None
-    return Placement(resolved, agent_state_dir(settings.DATA_DIR, owner_id, agent_name))
+    state_dir = agent_state_dir(settings.DATA_DIR, owner_id, agent_name)
+    return Placement(tree.path, state_dir, tree) if tree else Placement(resolved, state_dir)
 
 
 class Agents(Protocol):
@@ -106,8 +120,9 @@ class SessionSink(Protocol):
     async def on_elicitation(self, message: str, mode: Any) -> Any: ...
 
 
-class _Client:
-    """The ACP `Client` the agent talks to; every call is routed by agent session id."""
+class _Client(ClientFilesAndTerminals):
+    """The ACP `Client` the agent talks to; every call is routed by agent session id (files and
+    terminals: client_methods.py)."""
 
     def __init__(self, process: AgentProcess) -> None:
         self.process = process
@@ -153,6 +168,8 @@ class AgentProcess:
         self.cwd = cwd
         # Where it runs, checked by the pool (place_agent); needed to start.
         self.placement = placement
+        # What GET /api/agents shows comes from runners; `doctor` reads the database only.
+        self.reports_to_catalog = True
         self.sandboxed = False
         self.conn: Any = None
         self.process: asyncio.subprocess.Process | None = None
@@ -181,10 +198,20 @@ class AgentProcess:
         self._proxy: NetworkProxy | None = None
         self._proxy_dir: Path | None = None
         self._refusal_tasks: set[asyncio.Task[None]] = set()
+        # ACP terminals the agent asked for, run in its sandbox (terminals.py).
+        self.terminals = Terminals(lambda command, args: launch_like_agent(self, command, args))
 
     @property
     def alive(self) -> bool:
         return self.conn is not None and not self.exited.is_set()
+
+    @property
+    def project_dir(self) -> Path | None:
+        return self.placement.project if self.placement is not None else None
+
+    @property
+    def proxy_dir(self) -> Path | None:
+        return self._proxy_dir
 
     @property
     def log_path(self) -> Path:
@@ -214,6 +241,7 @@ class AgentProcess:
                 roots=settings.HERMESWEB_ALLOWED_ROOTS,
                 network=policy,
                 proxy_dir=self._proxy_dir,
+                worktree=self.placement.worktree,
             )
         except (sandbox.SandboxUnavailable, OSError, ValueError) as exc:
             await self._stop_proxy()
@@ -240,6 +268,9 @@ class AgentProcess:
             await self.close()
             raise AgentDied(f"agent {self.spec.name!r} failed to initialize: {exc!r}") from exc
         self.capabilities = self._summarise(response)
+        # What GET /api/agents shows of this agent (runs/agent_catalog.py); never fails the start.
+        if self.reports_to_catalog:
+            await sync_to_async(revived(agent_catalog.record_initialize))(self.spec.name, as_dict(response))
         # Shown by /api/health: an agent a runner started unsandboxed.
         self.capabilities["sandbox"] = "bubblewrap" if launch.sandboxed else "none"
         log.info(
@@ -307,6 +338,8 @@ class AgentProcess:
             protocol_version=acp.PROTOCOL_VERSION,
             client_capabilities=schema.ClientCapabilities(
                 elicitation=schema.ElicitationCapabilities(form=schema.ElicitationFormCapabilities()),
+                fs=FS_CAPABILITIES,
+                terminal=True,
             ),
             client_info=schema.Implementation(name="hermesweb", version="0.1.0"),
         )
@@ -352,6 +385,8 @@ class AgentProcess:
             kind = getattr(update, "session_update", None)
         if kind == "current_mode_update":
             record_mode_update(self.configs, session_id, as_dict(update))
+        if kind == "config_option_update":
+            record_config_update(self.configs, session_id, as_dict(update))
         if kind == "available_commands_update":
             # Often sent during session/new or load, before any run listens: keep the latest.
             self.commands[session_id] = update
@@ -403,6 +438,7 @@ class AgentProcess:
 
     async def close(self) -> None:
         self.closing = True
+        self.terminals.release_all()
         if self._cm is not None:
             cm, self._cm = self._cm, None
             with contextlib.suppress(Exception):
@@ -459,6 +495,13 @@ class AgentPool:
         if self.processes.get(key) is process:
             del self.processes[key]
         await process.close()
+
+    async def retire_idle(self, process: AgentProcess) -> bool:
+        """Stop `process` unless a turn holds it (the memory budget's choice, runs/runner/memory.py)."""
+        if process.active > 0 or self.processes.get((process.project_id, process.spec.name)) is not process:
+            return False
+        await self._retire(process)
+        return True
 
     async def reap_idle(self, idle_seconds: float) -> None:
         now = time.monotonic()

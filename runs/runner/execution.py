@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
@@ -24,7 +25,7 @@ from runs.controls import record_result
 from runs.journal import AlreadyTerminal, NewEvent, done_event
 from runs.journal.payloads import Error, Progress, RunStarted, Status, SteerDelivered, UsageFinal
 from runs.models import Control, ControlKind, EventType, RunStatus
-from runs.runner import prompt_content, session_config
+from runs.runner import prompt_content, session_config, warm
 from runs.runner.agent_requests import AgentRequests
 from runs.runner.agents import AgentDied, AgentProcess, Agents, ProjectPathRefused
 from runs.runner.claims import RunContext, previous_usage_total
@@ -34,6 +35,7 @@ from runs.runner.session_rows import store_agent_session, store_current_mode, st
 from runs.runner.translate import Translator, as_dict, per_turn_usage
 from runs.runner.writer import JournalWriter
 from workspace.checkpoints import RunCheckpoints
+from worktrees import trees
 
 log = logging.getLogger(__name__)
 
@@ -148,12 +150,17 @@ class RunExecution:
         # been claimed and have registered itself for the same agent session.
         if self.process.sinks.get(self.agent_session_id) is self:
             del self.process.sinks[self.agent_session_id]
+            self.process.terminals.release_session(self.agent_session_id)  # the turn's terminals end with it
         self.process.runs.discard(self.run_id)
         await self.host.pool.release(self.process)
 
     async def _execute(self) -> None:
+        refused = await self._enter_worktree()
         # Written while the agent is prompted; first of the run's events, as the writer keeps order.
         self.writer.add([_started_event(self.context, self.host.runner_id)])
+        if refused is not None:  # never run in the main checkout instead
+            await self._fail(refused.code, refused.message)
+            return
         self.checkpoints.begin()  # beside the agent's start: not in the first token's way
         spec = settings.HERMESWEB_AGENTS.get(self.context.agent)
         if spec is None:
@@ -187,11 +194,26 @@ class RunExecution:
             self.writer.add([NewEvent(EventType.PROGRESS, Progress(text=notice))])
         await self._prompt()
 
+    async def _enter_worktree(self) -> trees.WorktreeUnavailable | None:
+        """A worktree session's turn works in its worktree, made now if new (docs/worktrees.md)."""
+        try:
+            row = await retried(trees.turn_tree, self.context.session_id)
+            if row is None:
+                return None
+            await retried(trees.record_tree, row, await asyncio.to_thread(trees.prepare_tree, row))
+        except trees.WorktreeUnavailable as exc:
+            return exc
+        self.context = dataclasses.replace(self.context, cwd=row.path)
+        self.checkpoints.cwd = row.path
+        return None
+
     async def _open_session(self) -> None:
         assert self.process is not None
         if self.context.fork_agent_session_id:  # a fork's first turn: session/fork (runs/runner/forking.py)
             self.context = await forked_context(self.process, self.context, self.writer)
         process, sid = self.process, self.context.agent_session_id
+        if sid:
+            await warm.settled(process, sid)  # a warm-up loading this session: not loaded twice
         if sid and sid in process.loaded:
             self.agent_session_id = sid
         elif sid and process.capabilities.get("load_session"):
@@ -372,6 +394,9 @@ class RunExecution:
             mode, session_id = str(data["currentModeId"]), self.context.session_id
             shown = NewEvent(EventType.PROGRESS, Progress(text=f"The agent switched to mode {mode}."))
             self._spawn(self.writer.flush([shown], also=lambda: store_current_mode(session_id, mode)))
+        if data.get("sessionUpdate") == "config_option_update":  # the pickers follow (session_config.py)
+            stored = session_config.store_reported_options
+            self._spawn(stored(self.process, self.agent_session_id, self.context.session_id))
         if data.get("sessionUpdate") == "available_commands_update":
             commands = self._new_commands()
             if commands is not None:
@@ -415,6 +440,8 @@ class RunExecution:
             await sync_to_async(record_result)(control.pk, "duplicate", "Cancel already in progress.")
             return
         self.cancel_requested.set()
+        if self.process is not None and self.agent_session_id:
+            self.process.terminals.kill_session(self.agent_session_id)  # Stop kills the turn's commands
         resolved = self.requests.cancel_all("cancelled")
         await self.writer.flush(
             [*resolved, NewEvent(EventType.STATUS, Status(status=RunStatus.CANCELLING))],
@@ -492,7 +519,13 @@ class RunExecution:
         assert self.process is not None
         request = self.process.conn.ext_method(
             "session/steering",
-            {"sessionId": self.agent_session_id, "prompt": [{"type": "text", "text": text}]},
+            {
+                "sessionId": self.agent_session_id,
+                "prompt": [{"type": "text", "text": text}],
+                # Past the turn's end the agent answers "promptRequired" rather than start a turn
+                # of its own that no run tracks (claude-agent-acp, codex-acp honour it).
+                "_meta": {"steering": {"idleBehavior": "promptRequired"}},
+            },
         )
         answer = await self.process.call(request, 30) or {}
         outcome = answer.get("outcome")

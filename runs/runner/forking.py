@@ -53,8 +53,23 @@ async def forked_context(process: AgentProcess, context: RunContext, writer: Jou
         return context
     forked = response.session_id
     process.loaded.add(forked)
+    inherit_model(process, parent, forked)
     await retried(store_forked_session, context.session_id, forked)
     return dataclasses.replace(context, agent_session_id=forked, fork_agent_session_id="")
+
+
+def inherit_model(process: AgentProcess, parent: str, forked: str) -> None:
+    """A fork answer naming no models (codex-acp's) keeps the parent's, as this process knows them.
+
+    Else the turn re-sends the inherited model, and Codex refuses set_model for a model outside its
+    catalog (a custom provider's): the fork's first turn would fail `model_refused`.
+    """
+    known = process.configs.get(parent)
+    config = process.configs.get(forked)
+    if known is None or config is None or config.models or config.current_model:
+        return
+    config.models = list(known.models)
+    config.current_model = known.current_model
 
 
 def _say(writer: JournalWriter, text: str) -> None:

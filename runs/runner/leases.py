@@ -17,18 +17,19 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
+import psycopg
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
 from projects.models import Project, Session
-from runs.models import Run, Runner, RunStatus
+from runs import placement
+from runs.models import EXECUTING_STATUSES, Run, Runner, RunStatus
+from runs.placement import Offer
+from runs.runner import fair_order
 from runs.turns import do_mark_interrupted
-
-if TYPE_CHECKING:
-    import psycopg
 
 
 def _lease_until() -> timezone.datetime:
@@ -45,10 +46,12 @@ def register_runner(runner_id: str) -> Runner:
     A fixed id (`runner --id`, one per systemd instance) survives restarts; an id whose
     runner still heartbeats raises RunnerIdInUse.
     """
+    offer = placement.this_runner()  # advertised: the web tells from it what no runner serves
+    served = {"labels": list(offer.labels), "roots": list(offer.roots)}
     with transaction.atomic():
         existing = Runner.objects.select_for_update().filter(pk=runner_id).first()
         if existing is None:
-            return Runner.objects.create(id=runner_id, host=socket.gethostname(), pid=os.getpid())
+            return Runner.objects.create(id=runner_id, host=socket.gethostname(), pid=os.getpid(), **served)
         if Runner.objects.alive().filter(pk=runner_id).exists():
             raise RunnerIdInUse(
                 f"runner id {runner_id!r} is in use by pid {existing.pid} on {existing.host} "
@@ -58,6 +61,7 @@ def register_runner(runner_id: str) -> Runner:
         previous_pid = existing.pid
         existing.host, existing.pid = socket.gethostname(), os.getpid()
         existing.started_at, existing.heartbeat_at, existing.stopped_at = now, now, None
+        existing.labels, existing.roots = served["labels"], served["roots"]
         existing.save()
     # Its previous process's runs are ours by name only, and a reaper skips its own id.
     for run in Run.objects.executing().filter(lease_owner=runner_id):
@@ -129,52 +133,77 @@ class Claim(NamedTuple):
 NOTHING = Claim(None, False)
 
 
-def claim_in_transaction(runner_id: str) -> Claim:
-    """Take the oldest queued run, with the columns of its session and project that starting it reads.
+def claim_in_transaction(runner_id: str, offer: Offer | None = None) -> Claim:
+    """Take the next queued run this runner may take, with the columns of its session and project.
 
-    Inside the caller's atomic() the claim commits (or not) with what follows it; alone, on
-    PostgreSQL it is one statement that commits by itself. `more` lets a runner that took
-    the only queued run skip asking again at once, beside the new turn's prompt. On
-    PostgreSQL the second run stays locked until this transaction ends, and the caller
-    claims it next; a caller at capacity leaves it to the other runners' next poll.
+    Which one: docs/runner.md ("Fairness", "Placement"): a run whose project and agent this
+    runner's `offer` serves, of a user below HERMESWEB_MAX_ACTIVE_RUNS_PER_USER executing runs,
+    the users with fewest executing first (then whose oldest waiting run is oldest), oldest first
+    within a user. Claims are serialised (an advisory lock on PostgreSQL, IMMEDIATE transactions
+    on SQLite) so two runners never give a user a slot too many. Inside the caller's atomic()
+    the claim commits (or not) with what follows it. `more` lets a runner that took the only
+    runnable run skip asking again at once, beside the new turn's prompt.
     """
+    offer = offer or placement.this_runner()
     if connection.vendor == "postgresql":
+        # Django's psycopg cursors bind client-side: the lock and the claim go as one query.
         with connection.cursor() as cursor:
-            cursor.execute(_claim_statement(), _claim_params(runner_id))
+            cursor.execute(_claim_statement(), _claim_params(runner_id, offer))
+            cursor.nextset()  # past the lock's row
             return _claim_result(cursor.fetchone())
     with transaction.atomic(savepoint=False):
         # SQLite: IMMEDIATE transactions serialise writers, so a read then an update is safe.
-        found = list(
-            Run.objects.filter(status=RunStatus.QUEUED)
-            .select_related("session__project")
-            .order_by("created_at", "id")[:2]
-        )
+        found = fair_order.next_runs(offer, settings.HERMESWEB_MAX_ACTIVE_RUNS_PER_USER)
         if not found:
             return NOTHING
-        run, more = found[0], len(found) > 1
+        run = Run.objects.select_related("session__project").get(pk=found[0])
         claimed = Run.objects.filter(pk=run.pk, status=RunStatus.QUEUED).update(
             status=RunStatus.RUNNING,
             lease_owner=runner_id,
             lease_expires_at=_lease_until(),
             started_at=timezone.now(),
         )
-        return Claim(ClaimedRun.of(run) if claimed else None, more)
+        return Claim(ClaimedRun.of(run) if claimed else None, len(found) > 1)
 
 
 async def aclaim_postgres(
-    conn: psycopg.AsyncConnection[Any], runner_id: str, now: datetime | None = None
+    conn: psycopg.AsyncConnection[Any],
+    runner_id: str,
+    now: datetime | None = None,
+    offer: Offer | None = None,
 ) -> Claim:
     """claim_in_transaction's PostgreSQL statement on the runner's own connection, in its event
-    loop (autocommit): no hop to a database thread and back on the way to a first token."""
-    async with conn.cursor() as cursor:
-        await cursor.execute(_claim_statement(), _claim_params(runner_id, now))
+    loop (autocommit): no hop to a database thread and back on the way to a first token. Bound
+    client-side, the lock and the claim are one simple query: one implicit transaction that
+    commits by itself, one round trip."""
+    params = _claim_params(runner_id, offer or placement.this_runner(), now)
+    async with psycopg.AsyncClientCursor(conn) as cursor:
+        await cursor.execute(_claim_statement(), params)
+        cursor.nextset()  # past the lock's row
         return _claim_result(await cursor.fetchone())
 
 
-def _claim_params(runner_id: str, now: datetime | None = None) -> list[Any]:
+# Claims wait on each other (briefly: one statement) so that the statement after the lock, with a
+# snapshot of its own, sees every claim before it: a count of a user's executing runs in one
+# statement's snapshot alone would let two runners each give that user the last slot.
+CLAIM_LOCK = 4_307_431
+CLAIM_LOCK_STATEMENT = f"SELECT pg_advisory_xact_lock({CLAIM_LOCK})"
+
+
+def _claim_params(runner_id: str, offer: Offer, now: datetime | None = None) -> dict[str, Any]:
     """`now` becomes the claimed run's started_at: it names the claim (unstarted_claims)."""
-    queued, running = str(RunStatus.QUEUED), str(RunStatus.RUNNING)
-    return [queued, running, runner_id, _lease_until(), now or timezone.now(), queued]
+    return {
+        "queued": str(RunStatus.QUEUED),
+        "running": str(RunStatus.RUNNING),
+        "executing": [str(status) for status in EXECUTING_STATUSES],
+        "labels": json.dumps(list(offer.labels)),
+        "roots": list(offer.roots),
+        "unserved": list(offer.unserved_agents),
+        "limit": settings.HERMESWEB_MAX_ACTIVE_RUNS_PER_USER,
+        "runner": runner_id,
+        "until": _lease_until(),
+        "now": now or timezone.now(),
+    }
 
 
 def _claim_result(row: tuple[Any, ...] | None) -> Claim:
@@ -189,17 +218,17 @@ def _claim_result(row: tuple[Any, ...] | None) -> Claim:
 
 @lru_cache(maxsize=1)
 def _claim_statement() -> str:
-    """Lock the two oldest queued runs (SKIP LOCKED), claim the first, return it with its session's
-    and project's columns and the count: one round trip where ORM reads and an update were five."""
+    """Pick the fair next run this runner serves (fair_order.STATEMENT), claim it, and return it
+    with its session's and project's columns and whether another was runnable: one round trip."""
     quote = connection.ops.quote_name
     run, session, project = (quote(model._meta.db_table) for model in (Run, Session, Project))
     return (
-        # MATERIALIZED: the two rows are locked once and both readers see the same two.
-        f"WITH next AS MATERIALIZED (SELECT id, created_at FROM {run} WHERE status = %s "
-        "ORDER BY created_at, id LIMIT 2 FOR UPDATE SKIP LOCKED), "
-        f"claimed AS (UPDATE {run} SET status = %s, lease_owner = %s, lease_expires_at = %s, "
-        "started_at = %s WHERE id = (SELECT id FROM next ORDER BY created_at, id LIMIT 1) "
-        "AND status = %s RETURNING id, source, prompt_text, session_id, last_seq, attachments) "
+        f"{CLAIM_LOCK_STATEMENT}; "
+        f"WITH {fair_order.ranked_statement(run, session, project)}, "
+        f"claimed AS (UPDATE {run} SET status = %(running)s, lease_owner = %(runner)s, "
+        "lease_expires_at = %(until)s, started_at = %(now)s "
+        "WHERE id = (SELECT id FROM next WHERE rank = 1) AND status = %(queued)s "
+        "RETURNING id, source, prompt_text, session_id, last_seq, attachments) "
         "SELECT c.id, c.source, c.prompt_text, s.id, s.agent_session_id, s.model, s.mode, "
         "p.id, p.name, p.path, p.agent, c.last_seq, c.attachments, (SELECT count(*) FROM next) "
         f"FROM claimed c JOIN {session} s ON s.id = c.session_id JOIN {project} p ON p.id = s.project_id"

@@ -5,7 +5,8 @@ Design note: docs/runner.md ("The package"). Loops, all on one asyncio event loo
 - leases: heartbeat, renew our leases, drop runs someone else reaped;
 - reaper: interrupt runs whose runner vanished (never re-prompt them);
 - controls: apply pending Control rows of the runs we hold;
-- idle: stop agent processes nobody used for a while;
+- idle: stop agent processes nobody used for a while, or past the memory budget (memory.py);
+- warm: start a session's agent before its turn when its page asks (warm.py);
 - housekeeping: remove uploads no message named within a day (runs.attachments.remove_unsent);
 - jobs: session discovery and import (runs/runner/jobs.py).
 Executions and the job loop see this process through narrow interfaces
@@ -24,6 +25,7 @@ import os
 import signal
 import socket
 import uuid
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -35,7 +37,7 @@ from django.utils import timezone
 from automations import scheduler as automations
 from runs import attachments, notify
 from runs.models import Control, Run
-from runs.runner import connections, leases
+from runs.runner import connections, leases, memory
 from runs.runner.agents import AgentPool, AgentProcess
 from runs.runner.claims import Claimed, aclaim_run, claim_run, unstarted_runs
 from runs.runner.connections import LoopConnection, revived
@@ -43,6 +45,7 @@ from runs.runner.execution import RunExecution
 from runs.runner.jobs import JobLoop
 from runs.runner.session_rows import store_between_turns
 from runs.runner.translate import Translator
+from runs.runner.warm import Warmer
 from runs.runner.writer import group_commit
 from runs.turns import do_mark_interrupted
 
@@ -90,6 +93,9 @@ class RunnerProcess:
         self.pool.on_started = self._agent_started
         self.pool.on_orphan_update = self._orphan_update
         self.executions: dict[int, RunExecution] = {}
+        self.warmer = Warmer(
+            self.pool, settings.HERMESWEB_RUNNER_POLL_SECONDS, settings.HERMESWEB_WARM_INTERVAL_SECONDS
+        )
         self.tasks: dict[int, asyncio.Task[None]] = {}
         self.capabilities: dict[str, Any] = {}
         self.stopping = asyncio.Event()
@@ -119,6 +125,8 @@ class RunnerProcess:
             self._wake.set()
         elif kind == "control":
             self._controls_wake.set()
+        elif kind == "warm":
+            self.warmer.wake()
         else:
             self.wake()
 
@@ -142,6 +150,7 @@ class RunnerProcess:
             asyncio.ensure_future(self._control_loop()),
             asyncio.ensure_future(self._doorbell_loop()),
             asyncio.ensure_future(JobLoop(self).run()),
+            asyncio.ensure_future(self.warmer.run(self.stopping, doorbell=self._has_doorbell())),
             # Triggers' planned times (docs/automations.md): the database decides which runner fires.
             asyncio.ensure_future(automations.run(self.stopping, self.runner_id, revived)),
         ]
@@ -152,6 +161,7 @@ class RunnerProcess:
         await self._drain(settings.HERMESWEB_SHUTDOWN_GRACE_SECONDS)
         for task in loops:
             task.cancel()
+        await self.warmer.close()
         await self.pool.close_all()
         await journal_group.close()
         await sync_to_async(leases.mark_stopped)(self.runner_id)
@@ -246,6 +256,7 @@ class RunnerProcess:
                             execution.abort("lease lost")
                 await self._reap()
                 await self.pool.reap_idle(settings.HERMESWEB_AGENT_IDLE_SECONDS)
+                await memory.enforce(self.pool, settings.HERMESWEB_AGENT_MEMORY_MB)
                 await self._housekeeping()
                 self._leases.worked()
             except Exception:
@@ -280,6 +291,10 @@ class RunnerProcess:
             except Exception:
                 self._controls.failed()
             await self._sleep(self._controls_wake, self.poll)
+
+    @staticmethod
+    def _has_doorbell() -> bool:
+        return notify.runners_listen() or bool(settings.REDIS_URL)
 
     async def _doorbell_loop(self) -> None:
         """Wake the loops when work is written: PostgreSQL's NOTIFY, else with Redis the channel layer."""
@@ -324,6 +339,8 @@ class RunnerProcess:
 
     async def _agent_started(self, process: AgentProcess) -> None:
         self.capabilities[process.spec.name] = process.capabilities
+        # A new process is when the budget is passed: idle ones make room now, not at the next lease.
+        self._in_background(memory.enforce(self.pool, settings.HERMESWEB_AGENT_MEMORY_MB))
         await sync_to_async(leases.heartbeat)(self.runner_id, self.capabilities)
 
     def _orphan_update(self, process: AgentProcess, session_id: str, update: Any) -> None:
@@ -337,7 +354,10 @@ class RunnerProcess:
             # session/new): the next run of it compares its commands with nothing and writes them.
             process.stored_commands.pop(session_id, None)
         store = sync_to_async(store_between_turns)
-        task = asyncio.ensure_future(store(session_id, translator.title, translator.commands))
+        self._in_background(store(session_id, translator.title, translator.commands))
+
+    def _in_background(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.ensure_future(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 

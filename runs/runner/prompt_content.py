@@ -8,6 +8,7 @@ text. A turn without attachments costs nothing here: no read, one text block.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from django.conf import settings
 from runs.models import Attachment
 from runs.runner.connections import retried
 from runs.runner.leases import ClaimedRun
+from workspace.mentions import mention_blocks, stored_mentions
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,13 @@ def content_blocks(
 async def prompt_blocks(claimed: ClaimedRun, capabilities: dict[str, Any]) -> list[Any]:
     """The prompt of `claimed` for an agent whose initialize summary is `capabilities`."""
     described = stored_attachments(claimed.attachments)
-    if not described:
+    mentioned = stored_mentions(claimed.attachments)
+    if not described and not mentioned:
         return [helpers.text_block(claimed.prompt_text)]
-    files = await retried(read_attachments, claimed.session_id, described)
-    return content_blocks(claimed.prompt_text, files, capabilities.get("prompt_capabilities") or {})
+    files = await retried(read_attachments, claimed.session_id, described) if described else []
+    prompt_capabilities = capabilities.get("prompt_capabilities") or {}
+    blocks = content_blocks(claimed.prompt_text, files, prompt_capabilities)
+    if mentioned:  # `@` paths, before the text (workspace/mentions.py)
+        links = await asyncio.to_thread(mention_blocks, claimed.cwd, mentioned, prompt_capabilities)
+        blocks[-1:-1] = links
+    return blocks

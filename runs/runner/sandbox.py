@@ -32,11 +32,12 @@ from pathlib import Path
 from django.conf import settings
 
 from projects.pathfd import give_tree, open_directory, open_file
-from runs import agents
+from runs import agent_homes, agents
 from runs.agents import DEBIAN_BWRAP, AgentSpec
 from runs.runner.account import AgentAccount, agent_account
 from runs.runner.netbridge import bridge_argv, proxy_env
 from runs.runner.netpolicy import NetworkPolicy, policy_for
+from worktrees.trees import AgentTree
 
 # Variables of the runner's environment an agent gets; everything else (DATABASE_URL,
 # SECRET_KEY, REDIS_URL …) stays with the runner. The agent entry's own `env` comes on top.
@@ -112,6 +113,7 @@ def bwrap_argv(
     mask: Sequence[Path] = (),
     keep: Sequence[Path] = (),
     read_only: Sequence[Bound] = (),
+    git: Sequence[tuple[Bound, bool]] = (),
     project_aliases: Sequence[Path] = (),
     code: Sequence[Path] = (),
     run_as: AgentAccount | None = None,
@@ -160,7 +162,8 @@ def bwrap_argv(
     ]
     covered = [Path("/tmp"), Path("/run"), *([home] if home is not None else [])]
     for path in covered:
-        argv += ["--tmpfs", str(path)]
+        # A /tmp the agent account can write (sticky, as a host's): Claude and Codex keep files there.
+        argv += [*(["--perms", "1777"] if path == Path("/tmp") else []), "--tmpfs", str(path)]
     for path in code:
         argv += _parents(path, covered)
         argv += ["--ro-bind-try", str(path), str(path)]
@@ -178,6 +181,9 @@ def bwrap_argv(
         argv += ["--bind-fd", str(project.fd), str(destination)]
     argv += _parents(state_dir.destination, covered)
     argv += ["--bind-fd", str(state_dir.fd), str(state_dir.destination)]
+    for bound, writable in git:  # a worktree's repository: (bound, writable), docs/worktrees.md
+        argv += _parents(bound.destination, covered)
+        argv += ["--bind-fd" if writable else "--ro-bind-fd", str(bound.fd), str(bound.destination)]
     for bound in read_only:
         argv += ["--ro-bind-fd", str(bound.fd), str(bound.destination)]
     proxy = network.proxy_dir if network is not None else None
@@ -234,6 +240,9 @@ def agent_env(
         env["HERMES_HOME"] = str(state_dir)
     if sandboxed:
         env["TMPDIR"] = "/tmp"  # the sandbox's own tmpfs
+    home = agent_homes.home_of(spec.command, spec.env)
+    if home is not None:  # Codex's CODEX_HOME (and TMPDIR), Claude's CLAUDE_CONFIG_DIR: per user
+        env.update(agent_homes.agent_home_env(home, spec.env, state_dir))
     return env
 
 
@@ -270,6 +279,7 @@ def prepare(
     environ: Mapping[str, str] = os.environ,
     network: NetworkPolicy | None = None,
     proxy_dir: Path | None = None,
+    worktree: AgentTree | None = None,
 ) -> Launch:
     """Make the user's state directory and say how to start the agent (in bwrap when it applies).
 
@@ -292,6 +302,7 @@ def prepare(
             "run the service as an unprivileged user or let the agent use the sandbox"
         )
     _make_private_dirs(state_dir, stop_at=data_dir)
+    operator_home = agent_homes.prepare_home(command, spec.env, state_dir, environ)
     shared = _hermes_shared_files(spec, state_dir, environ) if spec.is_hermes else []
     env = agent_env(spec, state_dir, sandboxed=use, environ=environ)
     policy = network if network is not None else policy_for(spec.network, environ)
@@ -305,6 +316,8 @@ def prepare(
     keep = _resolver_dirs()
     for path in hidden_paths(environ):
         (hide if path.is_dir() else mask if path.exists() else []).append(path)
+    if operator_home is not None:
+        hide.append(operator_home)
     if spec.is_hermes:
         # The operator's own Hermes sessions and memories; only the shared files are bound in.
         home = spec.operator_hermes_home(environ).resolve()
@@ -322,6 +335,7 @@ def prepare(
         if run_as is not None:
             give_tree(project_fd, run_as.uid, run_as.gid)
             give_tree(state_fd, run_as.uid, run_as.gid)
+        git = _worktree_git(fds, worktree, run_as)
         read_only = [
             Bound(_opened(fds, open_file(source.resolve())), destination)
             for source, destination in _readable_copies(shared, state_dir, run_as)
@@ -341,6 +355,7 @@ def prepare(
             mask=mask,
             keep=keep,
             read_only=read_only,
+            git=git,
             project_aliases=aliases,
             code=code_dirs(command),
             run_as=run_as,
@@ -352,6 +367,22 @@ def prepare(
         Launch("", [], {}, sandboxed=True, fds=tuple(fds)).close_fds()
         raise
     return Launch(argv[0], argv[1:], env, sandboxed=True, fds=tuple(fds))
+
+
+def _worktree_git(
+    fds: list[int], worktree: AgentTree | None, run_as: AgentAccount | None
+) -> list[tuple[Bound, bool]]:
+    """The main repository's git directory read-only, and what a commit on the worktree's branch
+    writes (objects, refs, logs, its own worktrees/<name>) writable over it: docs/worktrees.md."""
+    if worktree is None:
+        return []
+    common = _opened(fds, open_directory(worktree.git_common))
+    if run_as is not None:
+        give_tree(common, run_as.uid, run_as.gid)  # git reads it all; a plain session gets it too
+    binds = [(Bound(common, worktree.git_common), False)]
+    for path in worktree.git_writable:
+        binds.append((Bound(_opened(fds, open_directory(path)), path), True))
+    return binds
 
 
 def _opened(fds: list[int], fd: int) -> int:

@@ -7,6 +7,7 @@ agent. Updates arrive as the SDK's pydantic models or as camelCase dicts.
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -17,9 +18,11 @@ from runs.journal.payloads import (
     DiffContent,
     PlanEntry,
     PlanUpdated,
+    Progress,
     ReasoningDelta,
     ReasoningDone,
     TerminalContent,
+    TerminalOutput,
     TextContent,
     TitleUpdated,
     TokenDelta,
@@ -31,12 +34,25 @@ from runs.journal.payloads import (
 )
 from runs.models import EventType
 from runs.redaction import redact_text
+from runs.runner.terminals import JOURNAL_CUT, JOURNAL_LIMIT
 
 # Tool output kept in the journal per update: enough for a card, not a log file.
 MAX_TOOL_TEXT = 64 * 1024
 
 
 _TEXT_CHUNKS = ("agent_message_chunk", "agent_thought_chunk")
+
+# Text chunks that are the agent's notices, not the turn's answer (docs/agents.md, "What Codex
+# and Claude do differently"): Codex's warning at every turn for a model it does not know.
+NOTICE_TEXT = re.compile(r"\AWarning: Model metadata for .* not found", re.DOTALL)
+
+
+def is_notice(data: dict[str, Any]) -> bool:
+    """A message chunk that is a notice: Claude marks them `_meta.claudeCode.kind`, Codex by its words."""
+    meta = data.get("_meta") or {}
+    if isinstance(meta.get("claudeCode"), dict) and meta["claudeCode"].get("kind") == "informational":
+        return True
+    return bool(NOTICE_TEXT.match(text_of(data.get("content"))))
 
 
 def as_dict(update: Any) -> dict[str, Any]:
@@ -137,6 +153,8 @@ class Translator:
         self.commands: list[dict[str, Any]] | None = None
         self.usage: UsageUpdated = {}
         self.text_chars = 0
+        # Characters journaled per agent-side terminal (Codex's `_meta.terminal_output_delta`).
+        self.terminal_chars: dict[str, int] = {}
 
     def _close_reasoning(self) -> list[NewEvent]:
         if not self.reasoning_open:
@@ -157,6 +175,9 @@ class Translator:
     def _on_agent_message_chunk(self, data: dict[str, Any]) -> list[NewEvent]:
         text = text_of(data.get("content"))
         events = self._close_reasoning()
+        if text and is_notice(data):
+            self._break_message()
+            return [*events, NewEvent(EventType.PROGRESS, Progress(text=text.strip()))]
         message_id = data.get("messageId")
         if message_id is None:
             if self.unnamed_message is None:
@@ -198,6 +219,7 @@ class Translator:
         self.open_tools[tool_id] = time.monotonic()
         started: ToolStarted = {**payload, "status": payload["status"], "started_at": time.time()}
         events.append(NewEvent(EventType.TOOL_STARTED, started))
+        events.extend(self._terminal_meta(data))
         if started["status"] in ("completed", "failed"):
             events.append(self._done(tool_id, started["status"]))
         return events
@@ -221,11 +243,35 @@ class Translator:
             self.open_tools[tool_id] = time.monotonic()
             started: ToolStarted = {**payload, "status": payload.get("status", "in_progress")}
             events.append(NewEvent(EventType.TOOL_STARTED, started))
-        else:
+        elif len(payload) > 1:  # more than its id: an update with nothing but `_meta` makes no row
             events.append(NewEvent(EventType.TOOL_UPDATED, payload))
+        events.extend(self._terminal_meta(data))
         if payload.get("status") in ("completed", "failed"):
             events.append(self._done(tool_id, payload["status"]))
         return events
+
+    def _terminal_meta(self, data: dict[str, Any]) -> list[NewEvent]:
+        """Codex's terminal in `_meta` as the client terminals' `terminal.output` (the card draws it).
+
+        Capped per terminal as runs/runner/terminals.py caps ours; a failed exit is printed last.
+        """
+        meta = data.get("_meta") or {}
+        printed = meta.get("terminal_output_delta") or {}
+        exited = meta.get("terminal_exit") or {}
+        text = printed.get("data") if isinstance(printed.get("data"), str) else ""
+        terminal_id = printed.get("terminal_id") or exited.get("terminal_id") or data.get("toolCallId", "")
+        code, signal = exited.get("exit_code"), exited.get("signal")
+        if signal:
+            text += f"\n[killed by {signal}]\n"
+        elif isinstance(code, int) and code != 0:
+            text += f"\n[exit code {code}]\n"
+        journaled = self.terminal_chars.get(terminal_id, 0)
+        if not text or journaled >= JOURNAL_LIMIT:
+            return []
+        room = JOURNAL_LIMIT - journaled
+        piece = text if len(text) <= room else text[:room] + JOURNAL_CUT
+        self.terminal_chars[terminal_id] = journaled + len(piece)
+        return [NewEvent(EventType.TERMINAL_OUTPUT, TerminalOutput(terminal_id=terminal_id, delta=piece))]
 
     def _on_plan(self, data: dict[str, Any]) -> list[NewEvent]:
         entries = [

@@ -73,6 +73,7 @@ const enc = encodeURIComponent;
 export const api = {
   projects: ({ includeArchived = false } = {}) => request('GET', `/projects${includeArchived ? '?include_archived=1' : ''}`),
   createProject: (body) => request('POST', '/projects', body),
+  agents: () => request('GET', '/agents'),
   updateProject: (id, body) => request('PATCH', `/projects/${id}`, body),
   sessions: (projectId, status) => request('GET', `/projects/${projectId}/sessions${status ? `?status=${status}` : ''}`),
   createSession: (projectId, title = '') => request('POST', `/projects/${projectId}/sessions`, { title }),
@@ -118,6 +119,12 @@ export const api = {
   discover: (projectId) => request('POST', `/projects/${projectId}/discover`),
   importSession: (projectId, agentSessionId) => request('POST', `/projects/${projectId}/import`, { agent_session_id: agentSessionId }),
   job: (id) => request('GET', `/jobs/${id}`),
+  // The workspace (docs/workspace.md): a turn's or the session's changes, rewind and restore.
+  runChanges: (id) => request('GET', `/runs/${id}/changes`),
+  sessionChanges: (id) => request('GET', `/sessions/${id}/changes`),
+  changesSummary: (sessionId, runIds) => request('GET', `/sessions/${sessionId}/changes/summary?runs=${runIds.join(',')}`),
+  rewind: (runId, body) => request('POST', `/runs/${runId}/rewind`, body),
+  restoreCheckpoint: (id, body) => request('POST', `/checkpoints/${id}/restore`, body),
 };
 
 // Rendered, sanitized markdown of settled turns (hermesweb/views.py), parsed

@@ -6,6 +6,7 @@
 
 import { ApiError, NetworkError, csrfToken, toLogin } from './api.js';
 import { h } from './dom.js';
+import { mentionChip } from './mentions.js';
 
 export function contentUrl(id) {
   return `/api/attachments/${encodeURIComponent(id)}/content`;
@@ -125,11 +126,13 @@ function chip(attachment, { src, remove, retry, state = 'ready', message = '' } 
 // A turn's attachments ({id, name, mime_type, size}), as shown under the user's prompt.
 export function renderAttachmentList(attachments) {
   const list = (attachments || []).filter((a) => a && a.id);
-  if (!list.length) return null;
+  const mentioned = (attachments || []).filter((a) => a && a.mention); // `@` paths (mentions.js)
+  if (!list.length && !mentioned.length) return null;
   return h(
     'ul',
-    { class: 'attachments', 'aria-label': list.length === 1 ? 'Attachment' : `${list.length} attachments` },
+    { class: 'attachments', 'aria-label': list.length + mentioned.length === 1 ? 'Attachment' : `${list.length + mentioned.length} attachments` },
     list.map((a) => chip(a, { src: isImage(a.mime_type) ? contentUrl(a.id) : undefined })),
+    mentioned.map((a) => mentionChip(a.mention)),
   );
 }
 

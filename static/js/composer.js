@@ -5,6 +5,7 @@
 // page (attachments.js).
 
 import { AttachmentTray, filesOf } from './attachments.js';
+import { mentionsIn, rememberMentions } from './mentions.js';
 import { h } from './dom.js';
 
 export class Composer {
@@ -278,7 +279,8 @@ export class Composer {
     // Never sent without a file the user attached: the text and the other files stay.
     if (this.noteFailed()) return;
     const mode = this.active ? this.mode : 'auto';
-    const attachments = this.tray.ready();
+    // `@` paths chosen from the list and still in the text go beside the uploads (mentions.js).
+    const attachments = [...this.tray.ready(), ...mentionsIn(text)];
     this.textarea.value = '';
     this.autosize();
     this.closePalette();
@@ -304,7 +306,8 @@ export class Composer {
   restore(text, attachments = []) {
     if (!this.textarea.value.trim()) this.textarea.value = text;
     else this.textarea.value = `${text}\n${this.textarea.value}`;
-    this.tray.restore(attachments);
+    this.tray.restore(attachments.filter((a) => a.id));
+    rememberMentions(attachments);
     this.autosize();
     this.textarea.focus();
   }

@@ -104,7 +104,7 @@ export function diffRows(lines, context = CONTEXT) {
   return rows;
 }
 
-function lineRow(line) {
+export function lineRow(line) {
   const kind = line.op === '+' ? 'add' : line.op === '-' ? 'del' : 'ctx';
   return h(
     'span',

@@ -11,7 +11,10 @@ import { installKeyMap, showKeyMap } from './keys.js';
 import { showWaiting } from './favicon.js';
 import { askPermissionOnce, Notifier, notifyToggle } from './notify.js';
 import { outbox } from './outbox.js';
+import { mentionsIn } from './mentions.js';
 import { Pickers } from './pickers.js';
+import { ConfigPickers } from './config-options.js';
+import { UsageMeter } from './usage-meter.js';
 import { SearchPanel } from './search.js';
 import { SessionController } from './session.js';
 import { Sidebar, waitingCount } from './sidebar.js';
@@ -36,6 +39,7 @@ notifyToggle(document.querySelector('[data-role=notify-toggle]'));
 document.addEventListener('hermesweb:sessions', (event) => {
   const { prev, changed, first } = sidebar.applyStates(event.detail);
   showWaiting(waitingCount(sidebar.states));
+  if (data.session) status.setWaiting(sidebar.states.get(data.session.id)?.waiting);
   notifier.changed(prev, changed, first);
 });
 
@@ -93,10 +97,19 @@ if (data.session) {
   composer.enableAttachments(data.session.id);
   // The mode and model pickers follow the session's live snapshot (the agent reports its modes).
   const pickers = new Pickers($('pickers'), data.session);
+  const configPickers = new ConfigPickers($('config-pickers'), $('picker-status'), data.session);
   const onSession = controller.onSession.bind(controller);
   controller.onSession = (snapshot) => {
     onSession(snapshot);
     pickers.apply(snapshot);
+    configPickers.apply(snapshot);
+  };
+  // The context meter beside the composer follows the status line's gauge (usage-meter.js).
+  const meter = new UsageMeter($('usage-meter'));
+  const setUsage = status.setUsage.bind(status);
+  status.setUsage = (usage) => {
+    setUsage(usage);
+    meter.set(usage);
   };
   $('prev-turn').addEventListener('click', () => controller.jump(-1));
   $('next-turn').addEventListener('click', () => controller.jump(1));
@@ -162,7 +175,7 @@ async function startSession(text) {
     started ??= await api.createSession(data.project.id);
     creating = false;
     // Files attached on this page go up to the new session first: the message names them.
-    const attachments = await composer.uploadAttachments(started.id);
+    const attachments = [...(await composer.uploadAttachments(started.id)), ...mentionsIn(text)];
     outbox.add({ client_id: uuid(), session_id: started.id, text, mode: 'auto', attachments, created_at: Date.now() });
     location.assign(`/sessions/${started.id}/`);
   } catch (error) {

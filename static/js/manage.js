@@ -6,6 +6,7 @@ import { api } from './api.js';
 import { isArchived } from './archive.js';
 import { formDialog } from './dialogs.js';
 import { h, uuid } from './dom.js';
+import { worktreeLaunchFields } from './worktree.js';
 
 // A form's save: true (the dialog closes) once `action` went through; otherwise false, the
 // server's reason in the form's error line.
@@ -25,11 +26,12 @@ export function launchDialog(workflow) {
   );
   const error = h('div', { class: 'form-error', role: 'alert' });
   const clientId = uuid();
-  const dialog = formDialog(`Launch “${workflow.name}”`, [workflow.description ? h('p', { class: 'muted', text: workflow.description }) : null, ...fields, error], 'Launch', async (form) => {
+  const worktree = worktreeLaunchFields(); // a new session in its own worktree (worktree.js)
+  const dialog = formDialog(`Launch “${workflow.name}”`, [workflow.description ? h('p', { class: 'muted', text: workflow.description }) : null, ...fields, worktree.nodes, error], 'Launch', async (form) => {
     const variables = {};
     for (const name of workflow.variables || []) variables[name] = form.elements.namedItem(name).value;
     return save(error, async () => {
-      const result = await api.launchWorkflow(workflow.id, { variables, client_id: clientId });
+      const result = await api.launchWorkflow(workflow.id, { variables, client_id: clientId, ...worktree.body() });
       const run = await api.run(result.run_id);
       location.assign(`/sessions/${run.session_id}/`);
     });
@@ -37,21 +39,62 @@ export function launchDialog(workflow) {
   dialog.showModal();
 }
 
-// `agents`: the names the agent field offers; Archive/Restore closes the dialog and calls
-// `onToggleArchived`.
+// The agent field: the operator's agents from GET /api/agents (runs/agent_catalog.py), each
+// with whether it can start here; one that cannot is offered only if the project already has
+// it. Until the list arrives (or if it cannot be had) it offers `current` and `fallback` names.
+// The line under it says where the chosen agent runs and what its last initialize reported.
+function agentField(current, fallback = []) {
+  const select = h('select', { name: 'agent', required: true, 'data-role': 'agent-picker' });
+  const hint = h('p', { class: 'hint muted', 'data-role': 'agent-hint' });
+  const byName = new Map();
+  const fill = (agents) => {
+    byName.clear();
+    for (const a of agents) byName.set(a.name, a);
+    const chosen = current || agents.find((a) => a.default && a.can_start)?.name || agents.find((a) => a.can_start)?.name || '';
+    select.replaceChildren(
+      ...agents.map((a) =>
+        h('option', {
+          value: a.name,
+          text: a.can_start ? `${a.label} (${a.name})` : `${a.label} (${a.name}): cannot start here`,
+          disabled: !a.can_start && a.name !== current,
+        }),
+      ),
+    );
+    if (chosen && !byName.has(chosen)) select.prepend(h('option', { value: chosen, text: `${chosen} (not configured)` }));
+    select.value = chosen;
+    describe();
+  };
+  const describe = () => {
+    const agent = byName.get(select.value);
+    if (!agent) {
+      hint.textContent = select.value ? 'Not among the operator\'s agents: it cannot start.' : '';
+      return;
+    }
+    if (!agent.can_start) {
+      hint.textContent = `Cannot start here: ${agent.why_not}.`;
+      return;
+    }
+    const caps = agent.capabilities || {};
+    const can = [caps.loadSession && 'reopens sessions', caps.promptCapabilities?.image && 'images', caps.sessionCapabilities?.fork && 'fork'].filter(Boolean);
+    const where = agent.sandbox === 'bubblewrap' ? 'Runs in the sandbox' : 'Runs unsandboxed';
+    hint.textContent = `${where}.${agent.reported_at ? ` Reported: ${can.length ? can.join(', ') : 'no optional capabilities'}.` : ' Not started yet.'}`;
+  };
+  select.addEventListener('change', describe);
+  fill([...new Set([current, ...fallback].filter(Boolean))].map((name) => ({ name, label: name, can_start: true, capabilities: {} })));
+  hint.textContent = '';
+  api.agents().then(fill, () => {});
+  return [h('label', { class: 'field' }, h('span', { text: 'Agent (configured by the operator)' }), select), hint];
+}
+
+// `agents`: names to offer until the operator's list arrives; Archive/Restore closes the dialog
+// and calls `onToggleArchived`.
 export function editProjectDialog(project, { agents, onSaved, onToggleArchived }) {
   const error = h('div', { class: 'form-error', role: 'alert' });
   const dialog = formDialog(
     `Project “${project.name}”`,
     [
       h('label', { class: 'field' }, h('span', { text: 'Name' }), h('input', { name: 'name', required: true, maxlength: '200', value: project.name })),
-      h(
-        'label',
-        { class: 'field' },
-        h('span', { text: 'Agent (configured by the operator)' }),
-        h('input', { name: 'agent', required: true, maxlength: '100', value: project.agent, list: `agents-${project.id}`, autocomplete: 'off' }),
-        h('datalist', { id: `agents-${project.id}` }, agents.map((a) => h('option', { value: a }))),
-      ),
+      ...agentField(project.agent, agents),
       h(
         'label',
         { class: 'field' },
@@ -63,6 +106,7 @@ export function editProjectDialog(project, { agents, onSaved, onToggleArchived }
           h('option', { value: 'steer', text: 'Steer by default', selected: project.running_default === 'steer' }),
         ),
       ),
+      labelsField((project.required_labels || []).join(', ')),
       h('p', { class: 'hint muted', text: `Directory: ${project.path}` }),
       error,
       h(
@@ -93,6 +137,8 @@ export function editProjectDialog(project, { agents, onSaved, onToggleArchived }
         const value = form.elements.namedItem(name).value.trim();
         if (value !== project[name]) body[name] = value;
       }
+      const labels = labelList(form);
+      if (labels.join(',') !== (project.required_labels || []).join(',')) body.required_labels = labels;
       if (!Object.keys(body).length) return true;
       return save(error, async () => {
         const updated = await api.updateProject(project.id, body);
@@ -160,6 +206,21 @@ export function workflowDialog(project, workflow, { onSaved }) {
   dialog.showModal();
 }
 
+// Runner labels the project's turns need (docs/runner.md, "Placement"): "host=build-1, gpu".
+function labelsField(value) {
+  return h(
+    'label',
+    { class: 'field' },
+    h('span', { text: 'Runs only on runners with labels (optional)' }),
+    h('input', { name: 'required_labels', value, placeholder: 'host=build-1, gpu', maxlength: '2000' }),
+  );
+}
+
+function labelList(form) {
+  const raw = form.elements.namedItem('required_labels').value;
+  return [...new Set(raw.split(',').map((label) => label.trim()).filter(Boolean))].sort();
+}
+
 export function newProjectDialog() {
   const error = h('div', { class: 'form-error', role: 'alert' });
   const dialog = formDialog(
@@ -167,12 +228,14 @@ export function newProjectDialog() {
     [
       h('label', { class: 'field' }, h('span', { text: 'Name' }), h('input', { name: 'name', required: true, maxlength: '200' })),
       h('label', { class: 'field' }, h('span', { text: 'Directory (absolute path inside an allowed root)' }), h('input', { name: 'path', required: true })),
+      ...agentField(''),
       h(
         'label',
         { class: 'field' },
         h('span', { text: 'While the agent is running, new messages' }),
         h('select', { name: 'running_default' }, h('option', { value: 'queue', text: 'Queue by default' }), h('option', { value: 'steer', text: 'Steer by default' })),
       ),
+      labelsField(''),
       error,
     ],
     'Create',
@@ -180,7 +243,9 @@ export function newProjectDialog() {
       const body = {
         name: form.elements.namedItem('name').value,
         path: form.elements.namedItem('path').value,
+        ...(form.elements.namedItem('agent').value ? { agent: form.elements.namedItem('agent').value } : {}),
         running_default: form.elements.namedItem('running_default').value,
+        required_labels: labelList(form),
       };
       return save(error, async () => {
         const project = await api.createProject(body);

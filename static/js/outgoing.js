@@ -46,7 +46,10 @@ export class Outgoing {
     this.show(entry, 'sending');
     try {
       const body = { client_id: entry.client_id, text: entry.text, mode: entry.mode };
-      if (entry.attachments?.length) body.attachments = entry.attachments.map((a) => a.id);
+      const uploads = (entry.attachments || []).filter((a) => a.id);
+      const mentions = (entry.attachments || []).filter((a) => a.mention).map((a) => a.mention);
+      if (uploads.length) body.attachments = uploads.map((a) => a.id);
+      if (mentions.length) body.mentions = mentions; // `@` paths (mentions.js)
       // Over the socket when it is open; over HTTP when it is not, or could not tell.
       const result = (await this.submit(body)) ?? (await api.submitMessage(this.sessionId, body));
       outbox.remove(entry.client_id);

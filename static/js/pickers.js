@@ -2,11 +2,13 @@
 // The mode is one of the modes the agent reported for the session; the model is free text with
 // the agent's list as suggestions (Hermes lists only its current model yet serves others).
 // A choice is PATCHed to the session and reaches the agent before the session's next turn.
+// An agent whose config options include a mode or a model (category `mode`, `model`: Codex,
+// Claude) is offered those instead (config-options.js): ACP's config options supersede modes.
 
 import { api } from './api.js';
 import { h } from './dom.js';
 
-const FIELDS = ['mode', 'model', 'modes', 'models'];
+const FIELDS = ['mode', 'model', 'modes', 'models', 'config_options'];
 
 export class Pickers {
   constructor(root, session) {
@@ -16,7 +18,7 @@ export class Pickers {
     this.input = root.querySelector('[data-role=model-picker]');
     this.options = root.querySelector('[data-role=model-options]');
     this.status = root.querySelector('[data-role=picker-status]');
-    this.state = { mode: '', model: '', modes: [], models: [] };
+    this.state = { mode: '', model: '', modes: [], models: [], config_options: [] };
     this.apply(session);
     this.select.addEventListener('change', () => this.save({ mode: this.select.value }));
     this.input.addEventListener('change', () => this.commitModel());
@@ -39,6 +41,9 @@ export class Pickers {
 
   render() {
     const { mode, model, modes, models } = this.state;
+    const superseded = new Set((this.state.config_options || []).map((o) => o.category));
+    this.select.closest('.picker').hidden = superseded.has('mode');
+    this.input.closest('.picker').hidden = superseded.has('model');
     const choices = modes.map((m) => ({ id: m.id, name: m.name || m.id, description: m.description || '' }));
     if (mode && !choices.some((m) => m.id === mode)) choices.unshift({ id: mode, name: `${mode} (not offered)`, description: '' });
     if (!mode) choices.unshift({ id: '', name: "Agent's default", description: '' });

@@ -52,6 +52,11 @@ export function indexItems(state, items) {
   }
 }
 
+// The tool card whose content shows the terminal `id` (re-rendered as it prints), if any yet.
+function toolShowing(state, id) {
+  return Object.values(state.tools).find((t) => (t.content || []).some((c) => c.type === 'terminal' && c.terminal_id === id));
+}
+
 const isSet = (v) => v !== undefined && v !== null;
 const TOOL_KEYS = ['title', 'tool_kind', 'status', 'arguments', 'locations', 'output', 'error', 'duration'];
 
@@ -165,9 +170,21 @@ export function applyEvent(state, ev) {
     case 'usage.final':
       state.usage_final = payload;
       return {};
+    case 'terminal.output': {
+      const id = payload.terminal_id ?? '';
+      // An ACP terminal's id → what it printed (its tool card shows it); made by the first.
+      const terminals = (state.terminals ??= {});
+      terminals[id] = (terminals[id] ?? '') + (payload.delta ?? '');
+      return { item: toolShowing(state, id), created: false };
+    }
     case 'error': {
       state.errors.push(payload);
       const item = { kind: 'error', ...payload };
+      items.push(item);
+      return { item, created: true };
+    }
+    case 'files.restored': {
+      const item = { kind: 'files_restored', ...payload };
       items.push(item);
       return { item, created: true };
     }

@@ -21,6 +21,7 @@ import { emptyState } from './runstate.js';
 import { sessionTitle } from './sidebar.js';
 import { SessionSocket } from './socket.js';
 import { TurnView } from './transcript.js';
+import { warmWhileHere } from './warm.js';
 
 export class SessionController {
   constructor({ data, els, status, composer, intents, sidebar }) {
@@ -106,6 +107,7 @@ export class SessionController {
   // ---------------------------------------------------------------- start-up
 
   async start() {
+    warmWhileHere(this.sessionId, this.composer.textarea); // the agent started while the page loads
     this.status.setConnection('connecting');
     this.renderTitle();
     try {

@@ -10,6 +10,8 @@ import { h, heldWhilePressed } from './dom.js';
 import { importDialog } from './import.js';
 import { automationsDialog } from './automations.js';
 import { editProjectDialog, launchDialog, newProjectDialog, workflowDialog } from './manage.js';
+import { waitingBadge, waitingText } from './waiting.js';
+import { newWorktreeSessionDialog, worktreeBadge } from './worktree.js';
 
 export function sessionTitle(session) {
   return session.title || `Untitled session ${session.id}`;
@@ -30,7 +32,10 @@ function liveBadges(session, state) {
   if (AWAITING.has(status)) {
     const label = status === 'awaiting_approval' ? 'Needs you: approval' : 'Needs you: a question';
     badges.push(h('span', { class: 'live-state needs-you', role: 'img', 'aria-label': label, title: label, text: 'needs you' }));
-  } else if (status) {
+  } else if (status === 'queued' && state?.waiting) {
+    const label = waitingText(state.waiting);
+    badges.push(h('span', { class: 'live-state waiting', role: 'img', 'aria-label': label, title: label, text: waitingBadge(state.waiting) }));
+} else if (status) {
     badges.push(h('span', { class: 'live-state running', role: 'img', 'aria-label': 'Running', title: status === 'queued' ? 'Starting' : 'Running' }));
   }
   if (state?.queued) {
@@ -212,7 +217,10 @@ export class Sidebar {
         h('button', { type: 'button', class: 'icon', 'data-role': 'edit-project', title: 'Project settings', 'aria-label': `Edit project ${project.name}`, text: '⚙', onclick: () => this.editProject(project) }),
         archived
           ? h('button', { type: 'button', class: 'btn small', 'data-role': 'restore-project', 'aria-label': `Restore project ${project.name}`, text: 'Restore', onclick: () => this.setProjectArchived(project, false) })
-          : h('button', { type: 'button', class: 'btn small', 'data-role': 'new-session', title: 'New session', text: '+ New', onclick: () => this.newSession(project) }),
+          : [
+              h('button', { type: 'button', class: 'icon', 'data-role': 'new-worktree-session', title: 'New session in its own worktree', 'aria-label': `New session in its own worktree in ${project.name}`, text: '⎇', onclick: () => newWorktreeSessionDialog(project) }),
+              h('button', { type: 'button', class: 'btn small', 'data-role': 'new-session', title: 'New session', text: '+ New', onclick: () => this.newSession(project) }),
+            ],
       ),
       open
         ? h(
@@ -342,6 +350,7 @@ export class Sidebar {
         'a',
         { href: `/sessions/${session.id}/`, 'aria-current': current ? 'page' : null },
         h('span', { class: 'session-title', text: sessionTitle(session) }),
+        worktreeBadge(session),
         liveBadges(session, this.states.get(session.id)),
       ),
       isArchived(session)
@@ -365,7 +374,7 @@ export class Sidebar {
   projectBadges(project) {
     const states = [...this.states.values()].filter((s) => s.project_id === project.id);
     const waiting = states.filter((s) => AWAITING.has(s.run_status)).length;
-    const running = states.some((s) => s.run_status && !AWAITING.has(s.run_status));
+    const running = states.some((s) => s.run_status && !AWAITING.has(s.run_status) && !s.waiting);
     const badges = [];
     if (running) badges.push(h('span', { class: 'live-state running', role: 'img', 'aria-label': 'Running', title: 'A session is running' }));
     if (waiting) {
@@ -402,7 +411,7 @@ export class Sidebar {
   // ---------------------------------------------------------------- managing (the forms: manage.js)
 
   editProject(project) {
-    // No endpoint lists the operator's agents: the ones the user's projects use are offered.
+    // Offered until GET /api/agents answers (manage.js agentField): the names the projects use.
     const agents = [...new Set([...this.projects.map((p) => p.agent), 'demo', 'hermes'])];
     editProjectDialog(project, {
       agents,

@@ -1,6 +1,7 @@
 // The status line: connection state, run status, context gauge.
 
 import { formatTokens, h, humanize } from './dom.js';
+import { waitingText } from './waiting.js';
 
 const CONNECTION_LABELS = {
   connecting: 'connecting…',
@@ -32,8 +33,16 @@ export class StatusLine {
   }
 
   setRun(status) {
-    this.run.dataset.status = status || 'idle';
-    this.run.textContent = status ? humanize(status) : 'idle';
+    this.status = status;
+    const waiting = status === 'queued' ? waitingText(this.waiting) : '';
+    this.run.dataset.status = waiting ? 'waiting' : status || 'idle';
+    this.run.textContent = waiting || (status ? humanize(status) : 'idle');
+  }
+
+  // Why the session's queued turn waits (the user's `sessions` frames): shown while it is queued.
+  setWaiting(waiting) {
+    this.waiting = waiting || null;
+    this.setRun(this.status);
   }
 
   setUsage(usage) {

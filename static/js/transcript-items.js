@@ -3,6 +3,8 @@
 
 import { h, humanize, pretty } from './dom.js';
 import { renderDiff } from './diff.js';
+import { renderFilesRestored } from './changes.js';
+import { renderTerminal } from './terminal.js';
 
 // A tool's text longer than this is shown folded, with "Show all".
 const FOLD_LINES = 12;
@@ -53,6 +55,8 @@ export const RENDERERS = {
       h('span', { class: 'control-text', text: item.text }),
       h('span', { class: 'control-state', text: 'delivered' }),
     ),
+  // Files rewound or restored: a workspace run's one item (docs/workspace.md).
+  files_restored: (item) => renderFilesRestored(item),
   // A run's final error is what its banner says; shown once, there.
   error: (item) =>
     item.terminal
@@ -98,7 +102,7 @@ function renderToolContent(item, view, prefix) {
   return (item.content || []).map((block, index) => {
     if (block.type === 'diff') return renderDiff(block, folds);
     if (block.type === 'text') return foldedText(block.text || '', `${prefix}:text:${index}`, item, view, { class: 'tool-text' });
-    if (block.type === 'terminal') return h('div', { class: 'tool-terminal', text: `terminal ${block.terminal_id || ''}` });
+    if (block.type === 'terminal') return renderTerminal(block.terminal_id, view.state.terminals?.[block.terminal_id]);
     return null;
   });
 }

@@ -174,7 +174,7 @@ export class TurnView {
     return h(
       'article',
       // The id is the address a search hit opens (`#run-<id>`, SessionController.revealRun).
-      { class: 'turn', id: `run-${this.runId}`, tabindex: '-1', 'aria-label': `Turn: ${prompt.slice(0, 80)}`, dataset: { runId: String(this.runId) } },
+      { class: 'turn', id: `run-${this.runId}`, tabindex: '-1', 'aria-label': `Turn: ${prompt.slice(0, 80)}`, dataset: { runId: String(this.runId), source: this.turn.source || '' } },
       h(
         'div',
         { class: 'user-turn' },

@@ -28,6 +28,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
+from tests.support import scripted_messages, scripted_responses
+
 DEFAULT_MODEL = "mock-model"
 DEFAULT_TEXT = "OK."
 SIDE_CALL_TEXT = "Scripted title"
@@ -105,6 +107,11 @@ def tool_call(
 
 def request_text(body: Mapping[str, Any]) -> str:
     """Flatten every message of a recorded request into one string, for ``in`` assertions."""
+    # The Responses API (Codex) sends `input` items, the Messages API (Claude) content blocks.
+    if "input" in body:
+        return scripted_responses.request_text(body)
+    if "system" in body or _has_blocks(body, {"tool_use", "tool_result", "thinking"}):
+        return scripted_messages.request_text(body)
     parts: list[str] = []
     for message in body.get("messages") or []:
         content = message.get("content")
@@ -116,6 +123,14 @@ def request_text(body: Mapping[str, Any]) -> str:
             function = call.get("function") or {}
             parts.append(f"{function.get('name', '')}({function.get('arguments', '')})")
     return "\n".join(parts)
+
+
+def _has_blocks(body: Mapping[str, Any], kinds: set[str]) -> bool:
+    for message in body.get("messages") or []:
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list) and any(isinstance(b, dict) and b.get("type") in kinds for b in content):
+            return True
+    return False
 
 
 def _split(message: str, pieces: int) -> list[str]:
@@ -152,6 +167,8 @@ class ScriptedLLM:
     def __init__(self, *, default_text: str = DEFAULT_TEXT, model: str = DEFAULT_MODEL) -> None:
         self.default_text = default_text
         self.model = model
+        # Other model ids a test lets the user choose: their streamed requests take the script too.
+        self.conversation_models: set[str] = set()
         self._cond = threading.Condition()
         self._state = _State()
         self._ids = itertools.count(1)
@@ -258,6 +275,20 @@ class ScriptedLLM:
                 raise TimeoutError(f"waited {timeout}s for {count} LLM requests, got {got}")
             return list(self._pick(scripted_only))
 
+    def is_conversation(self, body: Mapping[str, Any], wire: str = "chat") -> bool:
+        """Whether a streamed request is the conversation (it takes the script) or a side call.
+
+        Codex and Claude stream their side calls too (titles, a background call), under another
+        model id or without tools; Chat Completions (Hermes) streams only the conversation.
+        """
+        if wire == "chat":
+            return True
+        # Codex's side calls (titles, its guardian) ask for structured output: `text.format`.
+        structured = bool((body.get("text") or {}).get("format"))
+        if body.get("model") in self.conversation_models:
+            return not structured  # Codex sends some chosen models no tools, and `text.verbosity`
+        return body.get("model") == self.model and bool(body.get("tools")) and "text" not in body
+
     def _pick(self, scripted_only: bool) -> list[dict[str, Any]]:
         return self._state.scripted_requests if scripted_only else self._state.requests
 
@@ -343,7 +374,19 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].rstrip("/")
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
-        if not path.endswith("/chat/completions"):
+        if path.endswith("/messages/count_tokens"):
+            self.server.llm._record_other("POST", self.path)
+            self._send_json(200, {"input_tokens": 10})
+            return
+        # Chat Completions (Hermes), Responses (Codex), Messages (Claude): the same script.
+        wire = (
+            "responses"
+            if path.endswith("/responses")
+            else "messages"
+            if path.endswith("/messages")
+            else "chat"
+        )
+        if wire == "chat" and not path.endswith("/chat/completions"):
             self._not_found("POST")
             return
         try:
@@ -353,18 +396,50 @@ class _Handler(BaseHTTPRequestHandler):
             return
         streaming = bool(body.get("stream"))
         llm = self.server.llm
-        response = llm._record(body, scripted=streaming)
+        response = llm._record(body, scripted=streaming and llm.is_conversation(body, wire))
         try:
             if isinstance(response, ErrorResponse):
                 self._send_json(
                     response.status, {"error": {"message": response.message, "type": "server_error"}}
                 )
+            elif wire != "chat":
+                self._answer_in(wire, response, streaming)
             elif streaming:
                 self._stream(response)
             else:
                 self._complete(response)
         except (TimeoutError, BrokenPipeError, ConnectionResetError, _Disconnected):
             self.close_connection = True
+
+    def _answer_in(self, wire: str, response: TextResponse | ToolCallResponse, streaming: bool) -> None:
+        if not streaming and wire == "messages":
+            tool_ids = [f"toolu_{self.next_id()}" for _ in getattr(response, "calls", ())]
+            answer = scripted_messages.message(self.model, response, f"msg_{self.next_id()}", tool_ids)
+            self._send_json(200, answer)
+            return
+        self._open_stream()
+        (scripted_responses if wire == "responses" else scripted_messages).stream(self, response)
+
+    # The Stream protocol of scripted_responses: what a wire format writes with.
+    @property
+    def model(self) -> str:
+        return self.server.llm.model
+
+    def event(self, name: str, payload: Mapping[str, Any]) -> None:
+        if self.server.llm._stopped.is_set():
+            raise _Disconnected
+        data = json.dumps({"type": name, **payload})
+        self.wfile.write(f"event: {name}\ndata: {data}\n\n".encode())
+        self.wfile.flush()
+
+    def pause(self, seconds: float) -> None:
+        self._pause(seconds)
+
+    def wait_gate(self, gate: threading.Event) -> None:
+        self.server.llm._wait_gate(gate)
+
+    def next_id(self) -> int:
+        return self.server.llm._next_id()
 
     def _not_found(self, method: str) -> None:
         self.server.llm._record_other(method, self.path)
@@ -415,13 +490,7 @@ class _Handler(BaseHTTPRequestHandler):
         llm = self.server.llm
         completion_id = f"chatcmpl-{llm._next_id()}"
         created = int(time.time())
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Cache-Control", "no-cache")
-        # No length and no chunked encoding: the body ends when the connection closes.
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self._open_stream()
 
         def send(delta: dict[str, Any], finish: str | None = None, usage: bool = False) -> None:
             chunk: dict[str, Any] = {
@@ -469,6 +538,15 @@ class _Handler(BaseHTTPRequestHandler):
                 send({"tool_calls": [{"index": index, "function": {"arguments": call.arguments_json()}}]})
             send({}, finish="tool_calls", usage=True)
         self._write_event("[DONE]")
+
+    def _open_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        # No length and no chunked encoding: the body ends when the connection closes.
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
 
     def _write_event(self, data: str) -> None:
         if self.server.llm._stopped.is_set():

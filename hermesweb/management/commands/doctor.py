@@ -162,6 +162,22 @@ class Command(BaseCommand):
             self.ok(f"{len(alive)} runner(s) alive: {names}")
         else:
             self.warn("no runner is alive: queued runs will wait", "start one: python manage.py runner")
+        self.check_placement(alive)
+
+    def check_placement(self, alive: list[Any]) -> None:
+        """Projects no live runner serves (labels, roots): their turns wait (docs/runner.md, Placement)."""
+        from runs.placement import unserved_projects
+
+        for runner in alive:
+            labels = ", ".join(runner.labels or []) or "none"
+            self.ok(f"runner {runner.id}: labels {labels}; roots {', '.join(runner.roots or []) or 'none'}")
+        for project in unserved_projects():
+            needs = f" with {', '.join(project.labels)}" if project.labels else ""
+            self.warn(
+                f"project {project.name!r} ({project.owner}) has no live runner{needs} "
+                "serving its directory: its turns wait",
+                f"start a runner{needs} whose HERMESWEB_ALLOWED_ROOTS hold it (docs/deploy.md)",
+            )
 
     def check_agent(self, spec: AgentSpec, timeout: float) -> None:
         from projects.models import Project
@@ -195,6 +211,7 @@ async def _initialize(spec: AgentSpec) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as cwd, tempfile.TemporaryDirectory() as state:
         placement = Placement(Path(cwd).resolve(), Path(state).resolve())
         process = AgentProcess(spec, 0, cwd, placement)
+        process.reports_to_catalog = False
         try:
             await process.start()
             return process.capabilities

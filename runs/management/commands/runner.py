@@ -8,6 +8,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from runs import placement
+from runs.labels import LabelError, parse_labels
 from runs.runner.leases import RunnerIdInUse
 from runs.runner.process import RunnerProcess
 
@@ -26,8 +28,20 @@ class Command(BaseCommand):
             help="Runner id (default: host-pid-random). A fixed id is reused across restarts; "
             "the previous process's unfinished runs are interrupted when it starts.",
         )
+        parser.add_argument(
+            "--labels",
+            help="Labels this runner offers, e.g. host=build-1,gpu (default: HERMESWEB_RUNNER_LABELS). "
+            "It takes only runs whose project and agent require no other label (docs/runner.md, Placement).",
+        )
 
-    def handle(self, *args: Any, runner_id: str | None = None, **options: Any) -> None:
+    def handle(
+        self, *args: Any, runner_id: str | None = None, labels: str | None = None, **options: Any
+    ) -> None:
+        if labels is not None:
+            try:
+                placement.use_labels(parse_labels(labels))
+            except LabelError as exc:
+                raise CommandError(f"--labels: {exc}") from None
         # What is loaded by now lives as long as the process: kept out of the collector's full
         # passes, which otherwise walk all of it (~100k objects, tens of ms) between two flushes.
         gc.freeze()
