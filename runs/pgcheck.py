@@ -35,6 +35,14 @@ def server_closed(conn: Any) -> bool:
 
 
 def check_pooled(conn: psycopg.Connection[Any]) -> None:
-    """psycopg_pool's `check`: refuse a connection the server closed (the pool opens another)."""
+    """psycopg_pool's `check`: refuse a connection the server closed (the pool opens another).
+
+    One closed connection means a restart closed them all: the pool's own `check()` replaces
+    every idle one now, since getconn retries each dead one after a growing pause (1, 2, 4 s…)
+    and gave up after its 10 s with five or more dead in the pool.
+    """
     if server_closed(conn):
+        pool = getattr(conn, "_pool", None)  # psycopg_pool's link to the pool that lent it
+        if pool is not None:
+            pool.check()
         raise psycopg.OperationalError("the server closed this pooled connection")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -59,3 +60,30 @@ def test_a_pooled_connection_the_server_closed_is_never_handed_out(db: None) -> 
         assert conn.execute("SELECT 1").fetchone() == (1,)
     finally:
         pool.putconn(conn)
+
+
+def test_a_restart_that_closed_a_full_pool_costs_the_next_request_nothing(api: Any, project: Any) -> None:
+    # Eight requests at once leave eight connections in the pool; psycopg_pool alone retried
+    # each dead one after a growing pause and gave up (503) with five or more.
+    barrier = threading.Barrier(8)
+
+    def request() -> None:
+        try:
+            barrier.wait(30)
+            connection.ensure_connection()
+            barrier.wait(30)  # all eight held at once
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=request) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    connection.close()
+    assert terminate_the_pooled_connections() >= 8
+
+    response = api.get("/api/projects")
+
+    assert response.status_code == 200
+    assert [item["id"] for item in response.json()] == [project.id]
