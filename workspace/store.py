@@ -21,6 +21,9 @@ from pathlib import Path
 
 from workspace import conf, fs
 
+BWRAP = shutil.which("bwrap")
+TREE_MOUNT = "/mnt"  # where git sees the project, inside its own mount namespace (git())
+
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 # Unset every attribute that converts bytes on the way in (line endings, filters, ident), so a
 # checkpoint holds exactly the bytes on disk; info/attributes outranks the project's .gitattributes.
@@ -132,6 +135,12 @@ class Store:
             *args,
         ]  # fmt: skip
         cwd = str(self.git_dir) if tree_fd is None else f"/proc/self/fd/{tree_fd}"
+        if tree_fd is not None and BWRAP:
+            # git turns its working directory back into a path (getcwd, realpath) and enters it
+            # by name, and a swap in that instant led it out. Mounted at a name in a mount
+            # namespace of its own, the opened directory has a path nobody else can change.
+            mount = ["--dev-bind", "/", "/", "--bind-fd", str(tree_fd), TREE_MOUNT, "--chdir", TREE_MOUNT]
+            argv = [BWRAP, *mount, "--", *argv]
         result = subprocess.run(
             argv,
             env=self._env(index),
